@@ -1,0 +1,96 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// Annotations are the MCP behaviour hints of a tool.
+type Annotations struct {
+	Title           string `json:"title,omitempty"`
+	ReadOnlyHint    *bool  `json:"readOnlyHint,omitempty"`
+	DestructiveHint *bool  `json:"destructiveHint,omitempty"`
+	IdempotentHint  *bool  `json:"idempotentHint,omitempty"`
+	OpenWorldHint   *bool  `json:"openWorldHint,omitempty"`
+}
+
+// Definition is what a model and an operator see of a tool.
+type Definition struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// Parameters is a JSON Schema whose root is type: object.
+	Parameters        json.RawMessage `json:"parameters"`
+	Tier              Tier            `json:"tier"`
+	Timeout           time.Duration   `json:"-"`
+	MaxOutputBytes    int             `json:"maxOutputBytes"`
+	ErrorMessageLimit int             `json:"errorMessageLimit"`
+	Annotations       *Annotations    `json:"annotations,omitempty"`
+	Tags              []string        `json:"tags,omitempty"`
+	// Type says what backs the tool ("builtin", "exec", "http", "mcp"); it
+	// becomes the gen_ai.tool.type of traces.
+	Type string `json:"type,omitempty"`
+	// Source says where the tool was declared ("file.yaml:12"), for errors.
+	Source string `json:"-"`
+}
+
+// MarshalJSON adds timeoutMs to the wire form.
+func (d Definition) MarshalJSON() ([]byte, error) {
+	type plain Definition
+	return json.Marshal(struct {
+		plain
+		TimeoutMs int64 `json:"timeoutMs"`
+	}{plain(d), d.Timeout.Milliseconds()})
+}
+
+// Request is what a tool's handler receives: arguments already decoded and
+// validated against the tool's schema.
+type Request struct {
+	// Name is the tool name the call asked for.
+	Name string
+	// CallID is the call's toolCallId.
+	CallID string
+	// Arguments is the validated arguments object.
+	Arguments json.RawMessage
+	Context   CallContext
+	// MaxOutputBytes is the output limit; tools that stream data (files,
+	// processes, HTTP bodies) should bound what they capture by it.
+	MaxOutputBytes int
+	// Deadline is when the call's timeout expires.
+	Deadline time.Time
+}
+
+// Bind decodes the arguments into v.
+func (r *Request) Bind(v any) error {
+	if err := json.Unmarshal(r.Arguments, v); err != nil {
+		return &Error{Code: CodeInvalidArguments, Message: "arguments: " + err.Error()}
+	}
+	return nil
+}
+
+// Handler runs a tool. It only computes: the executor has already looked the
+// tool up, validated the arguments, applied policy and set the timeout.
+// The output is marshalled to JSON; a string output stays a JSON string.
+type Handler interface {
+	Run(ctx context.Context, req *Request) (any, error)
+}
+
+// Func adapts a function to Handler.
+type Func func(ctx context.Context, req *Request) (any, error)
+
+// Run implements Handler.
+func (f Func) Run(ctx context.Context, req *Request) (any, error) { return f(ctx, req) }
+
+// Tool is a definition and the handler that runs it.
+type Tool struct {
+	Definition
+	Handler Handler
+
+	schema     *jsonschema.Schema
+	suggestion string
+}
+
+// Schema returns the compiled parameters schema (nil before registration).
+func (t *Tool) Schema() *jsonschema.Schema { return t.schema }

@@ -1,0 +1,52 @@
+package registry
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// UnknownTool is the metric label of a tool name that is not registered,
+// so invented names cannot grow the number of series.
+const UnknownTool = "unknown"
+
+// Metrics are the executor's Prometheus instruments.
+type Metrics struct {
+	calls     *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	inFlight  *prometheus.GaugeVec
+	truncated *prometheus.CounterVec
+	decisions *prometheus.CounterVec
+}
+
+// DurationBuckets suit tool calls from 1 ms to 300 s.
+func DurationBuckets() []float64 {
+	return []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+}
+
+// NewMetrics registers the executor's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	return &Metrics{
+		calls: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolsvc_tool_calls_total",
+			Help: "Tool calls by tool, tier, status and error code.",
+		}, []string{"tool", "tier", "status", "code"}),
+		duration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "toolsvc_tool_call_duration_seconds",
+			Help:    "Duration of tool calls, from receipt to result.",
+			Buckets: DurationBuckets(),
+		}, []string{"tool", "status"}),
+		inFlight: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "toolsvc_tool_calls_in_flight",
+			Help: "Tool calls running now.",
+		}, []string{"tool"}),
+		truncated: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolsvc_tool_output_truncated_total",
+			Help: "Tool outputs cut to the tool's maxOutputBytes.",
+		}, []string{"tool"}),
+		decisions: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolsvc_policy_decisions_total",
+			Help: "Policy decisions by tool and effect.",
+		}, []string{"tool", "decision"}),
+	}
+}

@@ -1,0 +1,116 @@
+package registry
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+)
+
+// encodeOutput marshals a tool's output, cutting it to limit bytes of JSON.
+// Output that fits is returned as it is. Output that does not becomes a JSON
+// string: the text of a string output, or the JSON text of any other output,
+// cut on a character boundary so that the encoded string stays within limit,
+// followed by the marker "[output truncated: N bytes total]". Either way the
+// result is valid JSON and valid UTF-8.
+func encodeOutput(v any, limit int) (out json.RawMessage, truncated bool, original int64, err error) {
+	if s, ok := v.(string); ok {
+		n := quotedLen(s)
+		if limit <= 0 || n <= limit {
+			return appendQuoted(make([]byte, 0, n), s), false, int64(n), nil
+		}
+		return truncatedString(s, limit, int64(n)), true, int64(n), nil
+	}
+	var b []byte
+	if raw, ok := v.(json.RawMessage); ok {
+		if !json.Valid(raw) {
+			s := string(raw)
+			return encodeOutput(s, limit)
+		}
+		b = raw
+	} else {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			return nil, false, 0, err
+		}
+		b = bytes.TrimSuffix(buf.Bytes(), []byte{'\n'})
+	}
+	if limit <= 0 || len(b) <= limit {
+		return b, false, int64(len(b)), nil
+	}
+	// Any text of at least limit bytes encodes to at least limit bytes.
+	return truncatedString(string(b[:limit]), limit, int64(len(b))), true, int64(len(b)), nil
+}
+
+// truncatedString encodes the longest prefix of s whose JSON string form
+// (with its opening quote) fits in limit bytes, then the marker.
+func truncatedString(s string, limit int, total int64) json.RawMessage {
+	marker := "\n[output truncated: " + strconv.FormatInt(total, 10) + " bytes total]"
+	out := make([]byte, 0, limit+len(marker)+4)
+	out = append(out, '"')
+	out = appendBody(out, s, limit-1)
+	out = appendBody(out, marker, -1)
+	return append(out, '"')
+}
+
+// appendQuoted appends s as a JSON string. Invalid UTF-8 becomes U+FFFD.
+func appendQuoted(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	dst = appendBody(dst, s, -1)
+	return append(dst, '"')
+}
+
+// appendBody appends the escaped characters of s. With limit >= 0 it stops
+// before the appended bytes would exceed limit.
+func appendBody(dst []byte, s string, limit int) []byte {
+	start := len(dst)
+	var enc [8]byte
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		e := appendEscaped(enc[:0], r)
+		if limit >= 0 && len(dst)-start+len(e) > limit {
+			break
+		}
+		dst = append(dst, e...)
+		i += size
+	}
+	return dst
+}
+
+func appendEscaped(dst []byte, r rune) []byte {
+	switch r {
+	case '"':
+		return append(dst, '\\', '"')
+	case '\\':
+		return append(dst, '\\', '\\')
+	case '\n':
+		return append(dst, '\\', 'n')
+	case '\r':
+		return append(dst, '\\', 'r')
+	case '\t':
+		return append(dst, '\\', 't')
+	}
+	if r < 0x20 {
+		const hex = "0123456789abcdef"
+		return append(dst, '\\', 'u', '0', '0', hex[r>>4], hex[r&0xf])
+	}
+	return utf8.AppendRune(dst, r)
+}
+
+// quotedLen is the length of s encoded as a JSON string.
+func quotedLen(s string) int {
+	n := 2
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+			n += 2
+		case r < 0x20:
+			n += 6
+		default:
+			n += utf8.RuneLen(r)
+		}
+	}
+	return n
+}
