@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"time"
@@ -39,10 +40,14 @@ type Definition struct {
 // MarshalJSON adds timeoutMs to the wire form.
 func (d Definition) MarshalJSON() ([]byte, error) {
 	type plain Definition
-	return json.Marshal(struct {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // descriptions are read by models, not browsers
+	err := enc.Encode(struct {
 		plain
 		TimeoutMs int64 `json:"timeoutMs"`
 	}{plain(d), d.Timeout.Milliseconds()})
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), err
 }
 
 // Request is what a tool's handler receives: arguments already decoded and

@@ -263,13 +263,24 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, req *Request, timeout
 		}
 		return o.out, o.err
 	case <-tctx.Done():
+		// Give a tool that honours its context a moment to return, so only
+		// the ones that ignore it are reported as abandoned.
+		grace := time.NewTimer(abandonGrace)
+		defer grace.Stop()
+		select {
+		case <-done:
+		case <-grace.C:
+			e.log.Warn("tool did not return after its deadline; abandoned", "tool", tool.Name, "toolCallId", req.CallID)
+		}
 		if ctx.Err() != nil {
 			return nil, canceledError(ctx)
 		}
-		e.log.Warn("tool did not stop at its deadline; abandoned", "tool", tool.Name, "toolCallId", req.CallID)
 		return nil, timeoutError(tool, timeout)
 	}
 }
+
+// abandonGrace is how long a tool may take to return once its context ends.
+const abandonGrace = 100 * time.Millisecond
 
 func timeoutError(tool *Tool, timeout time.Duration) *Error {
 	return &Error{Code: CodeTimeout,

@@ -102,15 +102,23 @@ func appendEscaped(dst []byte, r rune) []byte {
 // quotedLen is the length of s encoded as a JSON string.
 func quotedLen(s string) int {
 	n := 2
-	for _, r := range s {
-		switch {
-		case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
-			n += 2
-		case r < 0x20:
-			n += 6
-		default:
-			n += utf8.RuneLen(r)
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+				n += 2
+			case c < 0x20:
+				n += 6
+			default:
+				n++
+			}
+			i++
+			continue
 		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		n += utf8.RuneLen(r) // U+FFFD (3 bytes) for invalid UTF-8
+		i += size
 	}
 	return n
 }

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Config is every process setting; this is the only place the
+// environment is read.
+type Config struct {
+	Addr              string        `env:"TOOLSVC_ADDR" envDefault:"127.0.0.1:8080"`
+	ConfigPaths       []string      `env:"TOOLSVC_CONFIG" envSeparator:","`
+	Workspace         string        `env:"TOOLSVC_WORKSPACE" envDefault:"./workspace"`
+	DefaultTimeout    time.Duration `env:"TOOLSVC_DEFAULT_TIMEOUT" envDefault:"30s"`
+	MaxTimeout        time.Duration `env:"TOOLSVC_MAX_TIMEOUT" envDefault:"5m"`
+	MaxOutputBytes    int           `env:"TOOLSVC_MAX_OUTPUT_BYTES" envDefault:"16384"`
+	ErrorMessageLimit int           `env:"TOOLSVC_ERROR_MESSAGE_LIMIT" envDefault:"1000"`
+	MaxRequestBytes   int64         `env:"TOOLSVC_MAX_REQUEST_BYTES" envDefault:"1048576"`
+	MaxJSONDepth      int           `env:"TOOLSVC_MAX_JSON_DEPTH" envDefault:"64"`
+	MaxConcurrency    int           `env:"TOOLSVC_MAX_CONCURRENCY" envDefault:"256"`
+	ShutdownTimeout   time.Duration `env:"TOOLSVC_SHUTDOWN_TIMEOUT" envDefault:"30s"`
+	LogLevel          string        `env:"TOOLSVC_LOG_LEVEL" envDefault:"info"`
+	LogFormat         string        `env:"TOOLSVC_LOG_FORMAT" envDefault:"json"`
+	// Auth "none" allows serving a non-loopback address without credentials.
+	Auth string `env:"TOOLSVC_AUTH"`
+}
+
+// loadConfig reads the configuration from environ ("KEY=value" pairs).
+func loadConfig(environ []string) (Config, error) {
+	vars := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	var c Config
+	if err := env.ParseWithOptions(&c, env.Options{Environment: vars}); err != nil {
+		return c, fmt.Errorf("configuration: %w", err)
+	}
+	return c, c.validate()
+}
+
+func (c Config) validate() error {
+	var errs []string
+	if c.DefaultTimeout <= 0 || c.MaxTimeout <= 0 {
+		errs = append(errs, "TOOLSVC_DEFAULT_TIMEOUT and TOOLSVC_MAX_TIMEOUT must be positive")
+	}
+	if c.DefaultTimeout > c.MaxTimeout {
+		errs = append(errs, "TOOLSVC_DEFAULT_TIMEOUT must not exceed TOOLSVC_MAX_TIMEOUT")
+	}
+	if c.MaxOutputBytes < 256 {
+		errs = append(errs, "TOOLSVC_MAX_OUTPUT_BYTES must be at least 256")
+	}
+	if c.ErrorMessageLimit < 50 {
+		errs = append(errs, "TOOLSVC_ERROR_MESSAGE_LIMIT must be at least 50")
+	}
+	if c.MaxRequestBytes < 1024 {
+		errs = append(errs, "TOOLSVC_MAX_REQUEST_BYTES must be at least 1024")
+	}
+	if c.MaxJSONDepth < 2 {
+		errs = append(errs, "TOOLSVC_MAX_JSON_DEPTH must be at least 2")
+	}
+	if c.MaxConcurrency < 0 {
+		errs = append(errs, "TOOLSVC_MAX_CONCURRENCY must not be negative")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		errs = append(errs, fmt.Sprintf("TOOLSVC_LOG_FORMAT must be json or text, got %q", c.LogFormat))
+	}
+	if c.Auth != "" && c.Auth != "none" {
+		errs = append(errs, fmt.Sprintf("TOOLSVC_AUTH must be empty or none, got %q", c.Auth))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("configuration: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("TOOLSVC_LOG_LEVEL must be debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}

@@ -1,0 +1,110 @@
+package http
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+)
+
+// encode writes v as JSON with status.
+func encode(w http.ResponseWriter, status int, v any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// readJSON reads a request body that must be JSON, within the size and
+// depth limits, and returns it.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if err := requireJSON(r); err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.deps.Limits.MaxRequestBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, err
+		}
+		return nil, errBadRequest("unreadable_body", "could not read the request body: "+err.Error())
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, errBadRequest("invalid_json", "request body is empty; send a JSON object")
+	}
+	if err := checkDepth(body, s.deps.Limits.MaxJSONDepth); err != nil {
+		return nil, err
+	}
+	if !json.Valid(body) {
+		return nil, errBadRequest("invalid_json", "request body is not valid JSON: "+syntaxError(body))
+	}
+	return body, nil
+}
+
+func syntaxError(body []byte) string {
+	var v any
+	err := json.Unmarshal(body, &v)
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s (at byte %d)", se.Error(), se.Offset)
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return "unknown error"
+}
+
+func requireJSON(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return &Problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+			Detail: "missing Content-Type; send Content-Type: application/json"}
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		return &Problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+			Detail: fmt.Sprintf("Content-Type %q is not supported; send Content-Type: application/json", ct)}
+	}
+	return nil
+}
+
+// checkDepth refuses JSON nested deeper than max, before any decoder
+// spends memory or stack on it.
+func checkDepth(b []byte, max int) error {
+	depth, inString, escaped := 0, false, false
+	for _, c := range b {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+			if depth > max {
+				return errBadRequest("too_deep", fmt.Sprintf("request body nests deeper than %d levels", max))
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return nil
+}

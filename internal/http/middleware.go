@@ -1,0 +1,160 @@
+package http
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+type ctxKey int
+
+const (
+	requestIDKey ctxKey = iota
+	callerKey
+)
+
+func requestIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+// CallerFrom returns the authenticated caller of a request.
+func CallerFrom(ctx context.Context) *registry.Caller {
+	c, _ := ctx.Value(callerKey).(*registry.Caller)
+	return c
+}
+
+// requestID takes a sane X-Request-Id from the client or makes one, and
+// echoes it.
+func (s *Server) requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if !saneID(id) {
+			var b [8]byte
+			_, _ = rand.Read(b[:])
+			id = hex.EncodeToString(b[:])
+		}
+		w.Header().Set("X-Request-Id", id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
+	})
+}
+
+func saneID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.:", c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// accessLog writes one line per request, labelled by route pattern.
+func (s *Server) accessLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		route := chi.RouteContext(r.Context()).RoutePattern()
+		level := slog.LevelInfo
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics" {
+			level = slog.LevelDebug
+		}
+		s.deps.Logger.LogAttrs(r.Context(), level, "http request",
+			slog.String("method", r.Method), slog.String("route", route), slog.Int("status", ww.Status()),
+			slog.Int("bytes", ww.BytesWritten()), slog.Duration("duration", time.Since(start)),
+			slog.String("requestId", requestIDFrom(r.Context())), slog.String("remote", r.RemoteAddr))
+	})
+}
+
+// recoverer turns a handler panic into a 500 problem and a logged stack.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.writeProblem(w, r, &Problem{Status: http.StatusInternalServerError, Code: "internal", Detail: "internal error",
+					Err: fmt.Errorf("panic: %v\n%s", p, debug.Stack())})
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authenticate resolves the bearer token to a caller. Without an
+// authenticator every request is the anonymous caller.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var caller *registry.Caller
+		if s.deps.Auth == nil {
+			caller = registry.Anonymous()
+		} else {
+			token, ok := bearer(r.Header.Get("Authorization"))
+			if ok {
+				caller, ok = s.deps.Auth.Authenticate(token)
+			}
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="toolsvc"`)
+				s.writeProblem(w, r, &Problem{Status: http.StatusUnauthorized, Code: "unauthorized",
+					Detail: "missing or invalid credentials; send Authorization: Bearer <token>"})
+				return
+			}
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey, caller)))
+	})
+}
+
+func bearer(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// require refuses callers without scope.
+func (s *Server) require(scope registry.Scope) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !CallerFrom(r.Context()).Has(scope) {
+				s.writeProblem(w, r, &Problem{Status: http.StatusForbidden, Code: "forbidden",
+					Detail: fmt.Sprintf("this caller lacks the %q scope", scope)})
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// admitCall refuses new calls while draining and counts the ones running,
+// so shutdown can wait for them.
+func (s *Server) admitCall(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Count first, then check: a call that sees "not draining" is
+		// already counted when shutdown starts waiting.
+		s.inFlight.Add(1)
+		defer s.inFlight.Add(-1)
+		if s.draining.Load() {
+			s.writeProblem(w, r, &Problem{Status: http.StatusServiceUnavailable, Code: "draining",
+				Detail: "the service is shutting down; retry on another instance", RetryAfter: 1})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

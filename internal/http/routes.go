@@ -1,0 +1,35 @@
+package http
+
+import (
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// addRoutes is the one place every route is declared.
+func (s *Server) addRoutes(r chi.Router) {
+	r.Use(s.requestID, s.accessLog, s.recoverer)
+	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return errNotFound("no route for " + r.URL.Path)
+	}))
+	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return &Problem{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Detail: r.Method + " is not allowed on " + r.URL.Path}
+	}))
+
+	r.Get("/healthz", s.handleHealthz())
+	r.Get("/readyz", s.handleReadyz())
+	r.Get("/openapi.yaml", s.handleOpenAPI())
+	if s.deps.Gatherer != nil {
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.deps.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	}
+
+	r.Group(func(r chi.Router) {
+		r.Use(s.authenticate)
+		r.Get("/tools", s.handle(s.handleListTools))
+		r.Get("/tools/{name}", s.handle(s.handleGetTool))
+		r.With(s.require(registry.ScopeCall), s.admitCall).Post("/calls", s.handle(s.handleCall))
+	})
+}

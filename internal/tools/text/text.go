@@ -1,0 +1,249 @@
+// Package text provides text__transform, a read-only tool for the string
+// work models do badly by themselves: case, trimming, replacement, regular
+// expressions, splitting and joining, base64, hashes and counts.
+package text
+
+import (
+	"context"
+	"crypto/md5"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// Tools returns the text tools.
+func Tools() []*registry.Tool {
+	return []*registry.Tool{{
+		Definition: registry.Definition{
+			Name: "text__transform",
+			Description: "Transform or measure text exactly, without guessing. Pick one operation: " +
+				"upper, lower, title, trim, replace (every occurrence of `find` with `replacement`), " +
+				"regex_replace (RE2 `pattern`, `$1` refers to groups), regex_find (all matches of `pattern` with their groups), " +
+				"split (by `separator`), join (`parts` with `separator`), base64_encode, base64_decode, " +
+				"hash (`algorithm` md5, sha1, sha256 or sha512; hex digest), count (characters, bytes, words, lines). " +
+				"Returns {\"result\": ...}.",
+			Tier:        registry.ReadOnly,
+			Tags:        []string{"text"},
+			Parameters:  json.RawMessage(schema),
+			Annotations: readOnly(),
+		},
+		Handler: registry.Func(run),
+	}}
+}
+
+func readOnly() *registry.Annotations {
+	t, f := true, false
+	return &registry.Annotations{Title: "Transform text", ReadOnlyHint: &t, IdempotentHint: &t, OpenWorldHint: &f}
+}
+
+const schema = `{
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["operation"],
+  "properties": {
+    "operation": {"type": "string", "description": "What to do with the text.",
+      "enum": ["upper", "lower", "title", "trim", "replace", "regex_replace", "regex_find", "split", "join", "base64_encode", "base64_decode", "hash", "count"]},
+    "text": {"type": "string", "maxLength": 1048576, "description": "The input text (every operation except join)."},
+    "find": {"type": "string", "minLength": 1, "maxLength": 10000, "description": "replace: the exact text to find."},
+    "pattern": {"type": "string", "minLength": 1, "maxLength": 1000, "description": "regex_replace, regex_find: an RE2 regular expression (no backreferences or lookaround)."},
+    "replacement": {"type": "string", "maxLength": 100000, "description": "replace, regex_replace: the text to put in; in regex_replace $1 or ${name} insert groups."},
+    "separator": {"type": "string", "maxLength": 1000, "description": "split, join: the separator (split default: newline; join default: empty)."},
+    "parts": {"type": "array", "maxItems": 100000, "items": {"type": "string"}, "description": "join: the strings to join."},
+    "algorithm": {"type": "string", "enum": ["md5", "sha1", "sha256", "sha512"], "description": "hash: the digest to compute (default sha256)."},
+    "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "regex_find, split: at most this many results (default 1000)."}
+  }
+}`
+
+type args struct {
+	Operation   string   `json:"operation"`
+	Text        *string  `json:"text"`
+	Find        string   `json:"find"`
+	Pattern     string   `json:"pattern"`
+	Replacement string   `json:"replacement"`
+	Separator   *string  `json:"separator"`
+	Parts       []string `json:"parts"`
+	Algorithm   string   `json:"algorithm"`
+	Limit       int      `json:"limit"`
+}
+
+type result struct {
+	Result any `json:"result"`
+}
+
+func run(_ context.Context, req *registry.Request) (any, error) {
+	var a args
+	if err := req.Bind(&a); err != nil {
+		return nil, err
+	}
+	if a.Limit == 0 {
+		a.Limit = 1000
+	}
+	if a.Operation != "join" && a.Text == nil {
+		return nil, missing(a.Operation, "text")
+	}
+	text := ""
+	if a.Text != nil {
+		text = *a.Text
+	}
+	switch a.Operation {
+	case "upper":
+		return result{strings.ToUpper(text)}, nil
+	case "lower":
+		return result{strings.ToLower(text)}, nil
+	case "title":
+		return result{title(text)}, nil
+	case "trim":
+		return result{strings.TrimSpace(text)}, nil
+	case "replace":
+		if a.Find == "" {
+			return nil, missing(a.Operation, "find")
+		}
+		return map[string]any{"result": strings.ReplaceAll(text, a.Find, a.Replacement), "replacements": strings.Count(text, a.Find)}, nil
+	case "regex_replace":
+		re, err := compile(a.Pattern, a.Operation)
+		if err != nil {
+			return nil, err
+		}
+		return result{re.ReplaceAllString(text, a.Replacement)}, nil
+	case "regex_find":
+		re, err := compile(a.Pattern, a.Operation)
+		if err != nil {
+			return nil, err
+		}
+		return result{findAll(re, text, a.Limit)}, nil
+	case "split":
+		sep := "\n"
+		if a.Separator != nil {
+			sep = *a.Separator
+		}
+		return result{strings.SplitN(text, sep, a.Limit)}, nil
+	case "join":
+		if a.Parts == nil {
+			return nil, missing(a.Operation, "parts")
+		}
+		sep := ""
+		if a.Separator != nil {
+			sep = *a.Separator
+		}
+		return result{strings.Join(a.Parts, sep)}, nil
+	case "base64_encode":
+		return result{base64.StdEncoding.EncodeToString([]byte(text))}, nil
+	case "base64_decode":
+		return decodeBase64(text)
+	case "hash":
+		return result{digest(a.Algorithm, text)}, nil
+	case "count":
+		return result{map[string]int{
+			"characters": utf8.RuneCountInString(text),
+			"bytes":      len(text),
+			"words":      len(strings.Fields(text)),
+			"lines":      lines(text),
+		}}, nil
+	}
+	return nil, registry.Errorf(registry.CodeInvalidArguments, "unknown operation %q", a.Operation)
+}
+
+func missing(op, field string) *registry.Error {
+	return &registry.Error{Code: registry.CodeInvalidArguments,
+		Message:    fmt.Sprintf("operation %s needs %q", op, field),
+		Suggestion: fmt.Sprintf("Add %q to the arguments.", field)}
+}
+
+func compile(pattern, op string) (*regexp.Regexp, error) {
+	if pattern == "" {
+		return nil, missing(op, "pattern")
+	}
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return nil, &registry.Error{Code: registry.CodeInvalidArguments,
+			Message:    "pattern is not a valid RE2 regular expression: " + err.Error(),
+			Suggestion: "RE2 has no backreferences or lookaround; escape literal characters like ( and . with a backslash."}
+	}
+	return re, nil
+}
+
+type match struct {
+	Match  string   `json:"match"`
+	Index  int      `json:"index"`
+	Groups []string `json:"groups,omitempty"`
+}
+
+func findAll(re *regexp.Regexp, text string, limit int) []match {
+	out := []match{}
+	for _, loc := range re.FindAllStringSubmatchIndex(text, limit) {
+		m := match{Match: text[loc[0]:loc[1]], Index: utf8.RuneCountInString(text[:loc[0]])}
+		for g := 2; g+1 < len(loc); g += 2 {
+			if loc[g] < 0 {
+				m.Groups = append(m.Groups, "")
+				continue
+			}
+			m.Groups = append(m.Groups, text[loc[g]:loc[g+1]])
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func decodeBase64(text string) (any, error) {
+	s := strings.TrimSpace(text)
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		b, err := enc.DecodeString(s)
+		if err != nil {
+			continue
+		}
+		if !utf8.Valid(b) {
+			return map[string]any{"result": hex.EncodeToString(b), "encoding": "hex", "note": "the decoded bytes are not UTF-8 text, so they are shown as hex"}, nil
+		}
+		return result{string(b)}, nil
+	}
+	return nil, &registry.Error{Code: registry.CodeInvalidArguments, Message: "text is not valid base64 (standard or URL alphabet, padded or not)"}
+}
+
+func digest(alg, text string) string {
+	var h hash.Hash
+	switch alg {
+	case "md5":
+		h = md5.New()
+	case "sha1":
+		h = sha1.New()
+	case "sha512":
+		h = sha512.New()
+	default:
+		h = sha256.New()
+	}
+	h.Write([]byte(text))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func title(s string) string {
+	prev := ' '
+	return strings.Map(func(r rune) rune {
+		defer func() { prev = r }()
+		if unicode.IsSpace(prev) || prev == '-' {
+			return unicode.ToTitle(r)
+		}
+		return unicode.ToLower(r)
+	}, s)
+}
+
+func lines(s string) int {
+	if s == "" {
+		return 0
+	}
+	n := strings.Count(s, "\n")
+	if !strings.HasSuffix(s, "\n") {
+		n++
+	}
+	return n
+}
