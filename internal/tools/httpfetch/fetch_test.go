@@ -656,3 +656,20 @@ func BenchmarkGetHTML(b *testing.B) {
 		}
 	}
 }
+
+// TestNoProxyFromEnvironment sets proxy variables that would capture the
+// request if the client honoured them; the proxy must see nothing.
+func TestNoProxyFromEnvironment(t *testing.T) {
+	_, proxyLn := serve(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "via proxy") }))
+	for _, k := range []string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"} {
+		t.Setenv(k, "http://"+proxyLn.Addr().String())
+	}
+	t.Setenv("NO_PROXY", "")
+	t.Setenv("no_proxy", "")
+	srv, _ := serve(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "direct") }))
+	o := Options{AllowCIDRs: allowLoopback(), Resolver: testResolver{"site.test": addrs("127.0.0.1")}}
+	out := mustOK(t)(call(t, o, "http__get", map[string]any{"url": "http://site.test:" + port(srv) + "/"}, 0))
+	if out.Body != "direct" || proxyLn.accepted.Load() != 0 {
+		t.Errorf("body %q, proxy connections %d; want a direct request", out.Body, proxyLn.accepted.Load())
+	}
+}
