@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -27,6 +28,14 @@ type Config struct {
 	LogFormat         string        `env:"TOOLSVC_LOG_FORMAT" envDefault:"json"`
 	// Auth "none" allows serving a non-loopback address without credentials.
 	Auth string `env:"TOOLSVC_AUTH"`
+
+	HTTPAllowCIDRs      []netip.Prefix `env:"TOOLSVC_HTTP_ALLOW_CIDRS" envSeparator:","`
+	HTTPAllowHosts      []string       `env:"TOOLSVC_HTTP_ALLOW_HOSTS" envSeparator:","`
+	HTTPDenyHosts       []string       `env:"TOOLSVC_HTTP_DENY_HOSTS" envSeparator:","`
+	HTTPTimeout         time.Duration  `env:"TOOLSVC_HTTP_TIMEOUT" envDefault:"30s"`
+	HTTPMaxBytes        int64          `env:"TOOLSVC_HTTP_MAX_BYTES" envDefault:"5242880"`
+	HTTPDefaultBytes    int64          `env:"TOOLSVC_HTTP_DEFAULT_BYTES" envDefault:"1048576"`
+	HTTPMaxRequestBytes int            `env:"TOOLSVC_HTTP_MAX_REQUEST_BYTES" envDefault:"1048576"`
 }
 
 // loadConfig reads the configuration from environ ("KEY=value" pairs).

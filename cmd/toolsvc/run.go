@@ -17,6 +17,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/config"
 	toolhttp "github.com/toolsvc/toolsvc/internal/http"
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/tools/httpfetch"
 	"github.com/toolsvc/toolsvc/internal/tools/jsonq"
 	"github.com/toolsvc/toolsvc/internal/tools/text"
 )
@@ -94,9 +95,17 @@ func build(cfg Config, log *slog.Logger) (*app, error) {
 			log.Warn("resource kind not supported yet; ignored", "kind", r.Kind, "name", r.Metadata.Name, "source", r.Source())
 		}
 	}
+	hopts := httpfetch.Options{
+		Version: version, AllowCIDRs: cfg.HTTPAllowCIDRs, AllowHosts: cfg.HTTPAllowHosts, DenyHosts: cfg.HTTPDenyHosts,
+		Timeout: cfg.HTTPTimeout, MaxBytes: cfg.HTTPMaxBytes, DefaultBytes: cfg.HTTPDefaultBytes, MaxRequestBytes: cfg.HTTPMaxRequestBytes,
+	}
+	if err := hopts.Validate(); err != nil {
+		return nil, fmt.Errorf("http tools: %w", err)
+	}
 	var tools []*registry.Tool
 	tools = append(tools, text.Tools()...)
 	tools = append(tools, jsonq.Tools()...)
+	tools = append(tools, httpfetch.Tools(hopts)...)
 	reg, err := registry.New(registry.Defaults{
 		Timeout:           cfg.DefaultTimeout,
 		MaxTimeout:        cfg.MaxTimeout,

@@ -107,7 +107,11 @@ func TestServeOnDefaults(t *testing.T) {
 	var cat struct{ Tools []struct{ Name string } }
 	_ = json.NewDecoder(resp.Body).Decode(&cat)
 	resp.Body.Close()
-	if len(cat.Tools) != 2 || cat.Tools[0].Name != "json__query" || cat.Tools[1].Name != "text__transform" {
+	var names []string
+	for _, t := range cat.Tools {
+		names = append(names, t.Name)
+	}
+	if strings.Join(names, ",") != "http__get,http__post,json__query,text__transform" {
 		t.Errorf("catalog: %+v", cat.Tools)
 	}
 	status, res := in.post("/calls", `{"toolName":"text__transform","arguments":{"operation":"count","text":"a b\nc"}}`)
@@ -190,7 +194,7 @@ func TestSubcommands(t *testing.T) {
 		t.Errorf("version: %v %q", err, out.String())
 	}
 	out.Reset()
-	if err := run(context.Background(), []string{"toolsvc", "validate"}, nil, &out, io.Discard); err != nil || out.String() != "configuration OK: 2 tools\n" {
+	if err := run(context.Background(), []string{"toolsvc", "validate"}, nil, &out, io.Discard); err != nil || out.String() != "configuration OK: 4 tools\n" {
 		t.Errorf("validate: %v %q", err, out.String())
 	}
 	for _, bad := range [][]string{
@@ -199,6 +203,8 @@ func TestSubcommands(t *testing.T) {
 		{"TOOLSVC_LOG_LEVEL=chatty"},
 		{"TOOLSVC_AUTH=maybe"},
 		{"TOOLSVC_CONFIG=/nonexistent/tools.yaml"},
+		{"TOOLSVC_HTTP_ALLOW_CIDRS=10.0.0.0/33"},
+		{"TOOLSVC_HTTP_ALLOW_HOSTS=bad host"},
 	} {
 		if err := run(context.Background(), []string{"toolsvc", "validate"}, bad, io.Discard, io.Discard); err == nil {
 			t.Errorf("validate with %v: no error", bad)
