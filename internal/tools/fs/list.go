@@ -79,11 +79,9 @@ func (t *tools) list(ctx context.Context, req *registry.Request) (any, error) {
 	}
 	res := listResult{Path: rel, Entries: []Entry{}}
 	if !fi.IsDir() {
-		if fi, err = root.Stat(rel); err != nil || !fi.IsDir() {
-			// A file (or a link to one) lists as itself.
-			if err != nil {
-				fi, _ = root.Lstat(rel)
-			}
+		// A link to a directory inside the workspace lists that directory;
+		// anything else lists as itself.
+		if target, err := root.Stat(rel); err != nil || !target.IsDir() {
 			res.Entries = append(res.Entries, Entry{Path: rel, Type: typeName(fi.Mode()), Size: fi.Size()})
 			res.Count = 1
 			return res, nil

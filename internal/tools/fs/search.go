@@ -161,6 +161,7 @@ type searcher struct {
 	left     int64 // content bytes still allowed
 	budget   int   // output bytes still allowed; -1 is unbounded
 	used     int
+	br       *bufio.Reader // reused from file to file
 }
 
 func (s *searcher) stop(reason string) error {
@@ -186,7 +187,12 @@ func (s *searcher) file(rel string) error {
 		return nil
 	}
 	counter := &countingReader{r: io.LimitReader(f, s.left)}
-	br := bufio.NewReaderSize(counter, maxLineBytes)
+	if s.br == nil {
+		s.br = bufio.NewReaderSize(counter, maxLineBytes)
+	} else {
+		s.br.Reset(counter)
+	}
+	br := s.br
 	defer func() {
 		s.left -= counter.n
 		s.res.BytesScanned += counter.n
