@@ -131,6 +131,7 @@ func TestRead(t *testing.T) {
 		{"binary", map[string]any{"path": "bin.dat"}, "a\x00b\x01", "base64", 0},
 		{"invalid utf-8", map[string]any{"path": "latin1.txt"}, "caf\xe9", "base64", 0},
 		{"limit inside a character", map[string]any{"path": "utf8.txt", "limit": 3}, "é", "utf-8", 2},
+		{"limit smaller than a character", map[string]any{"path": "utf8.txt", "limit": 1}, "\xc3", "base64", 1},
 		{"empty", map[string]any{"path": "empty"}, "", "utf-8", 0},
 	}
 	for _, c := range cases {

@@ -113,7 +113,8 @@ func (t *tools) read(ctx context.Context, req *registry.Request) (any, error) {
 		// Do not split a character at the end of a chunk.
 		text = trimPartialRune(buf)
 	}
-	if utf8.Valid(text) && bytes.IndexByte(text, 0) < 0 {
+	// A limit smaller than one character leaves no text: send the bytes.
+	if (len(text) > 0 || len(buf) == 0) && utf8.Valid(text) && bytes.IndexByte(text, 0) < 0 {
 		res.Encoding = "utf-8"
 		if budget >= 0 {
 			text = fitText(text, budget)
