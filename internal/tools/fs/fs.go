@@ -1,0 +1,288 @@
+// Package fs provides the built-in file tools (fs__read, fs__list,
+// fs__stat, fs__search, fs__write, fs__edit, fs__delete). Every call opens
+// the caller's workspace directory as an os.Root and does all of its file
+// access through it, so no path — through "..", an absolute name or a
+// symbolic link, even one swapped in while the call runs — can reach a file
+// outside the workspace. Paths are also checked up front so that a model
+// gets a clear error that says what a valid path looks like.
+package fs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	iofs "io/fs"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/tools/workspace"
+)
+
+// Resource is the resource part of the file tools' names.
+const Resource = "fs"
+
+// MaxPathBytes is the longest path the tools accept.
+const MaxPathBytes = 4096
+
+// The defaults of Options.
+const (
+	DefaultMaxReadBytes     = 1 << 20
+	DefaultMaxSearchBytes   = 32 << 20
+	DefaultMaxWriteBytes    = 4 << 20
+	DefaultMaxListEntries   = 1000
+	DefaultMaxSearchMatches = 200
+	DefaultMaxScanEntries   = 100000
+)
+
+// Options configure the file tools.
+type Options struct {
+	// Workspace is the directory the tools are confined to; each call uses
+	// the sub-directory of its context.instanceKey. Required.
+	Workspace *workspace.Workspace
+	// MaxReadBytes bounds what one fs__read returns (default 1 MiB). The
+	// tool's output limit usually bounds it more tightly.
+	MaxReadBytes int64
+	// MaxSearchBytes bounds the file content one fs__search reads (default
+	// 32 MiB).
+	MaxSearchBytes int64
+	// MaxWriteBytes bounds the content of one fs__write and the size of a
+	// file fs__edit will change (default 4 MiB).
+	MaxWriteBytes int64
+	// MaxListEntries bounds the entries one fs__list returns (default 1000).
+	MaxListEntries int
+	// MaxSearchMatches bounds the matches one fs__search returns (default 200).
+	MaxSearchMatches int
+	// MaxScanEntries bounds the directory entries one fs__list or fs__search
+	// looks at while walking (default 100000), so that a huge tree cannot
+	// keep a call busy.
+	MaxScanEntries int
+	// Timeout is the tools' timeout; zero leaves the registry default.
+	Timeout time.Duration
+	// MaxOutputBytes is the tools' output limit; zero leaves the registry
+	// default. Reads, listings and searches size what they return to it.
+	MaxOutputBytes int
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxReadBytes <= 0 {
+		o.MaxReadBytes = DefaultMaxReadBytes
+	}
+	if o.MaxSearchBytes <= 0 {
+		o.MaxSearchBytes = DefaultMaxSearchBytes
+	}
+	if o.MaxWriteBytes <= 0 {
+		o.MaxWriteBytes = DefaultMaxWriteBytes
+	}
+	if o.MaxListEntries <= 0 {
+		o.MaxListEntries = DefaultMaxListEntries
+	}
+	if o.MaxSearchMatches <= 0 {
+		o.MaxSearchMatches = DefaultMaxSearchMatches
+	}
+	if o.MaxScanEntries <= 0 {
+		o.MaxScanEntries = DefaultMaxScanEntries
+	}
+	return o
+}
+
+// Tools returns the file tools. It panics if o.Workspace is nil, which is
+// a wiring mistake.
+func Tools(o Options) []*registry.Tool {
+	if o.Workspace == nil {
+		panic("fs.Tools: Options.Workspace is required")
+	}
+	t := &tools{o: o.withDefaults()}
+	return []*registry.Tool{
+		t.readTool(), t.listTool(), t.statTool(), t.searchTool(),
+		t.writeTool(), t.editTool(), t.deleteTool(),
+	}
+}
+
+// tools holds what every handler shares.
+type tools struct {
+	o Options
+}
+
+func (t *tools) define(export, description string, tier registry.Tier, schema string, ann *registry.Annotations, h registry.Func) *registry.Tool {
+	return &registry.Tool{
+		Definition: registry.Definition{
+			Name:           registry.JoinName(Resource, export),
+			Description:    description,
+			Parameters:     json.RawMessage(schema),
+			Tier:           tier,
+			Timeout:        t.o.Timeout,
+			MaxOutputBytes: t.o.MaxOutputBytes,
+			Annotations:    ann,
+			Tags:           []string{"files"},
+			Type:           "builtin",
+		},
+		Handler: h,
+	}
+}
+
+func readOnly() *registry.Annotations {
+	yes, no := true, false
+	return &registry.Annotations{ReadOnlyHint: &yes, IdempotentHint: &yes, OpenWorldHint: &no}
+}
+
+func changing(destructive, idempotent bool) *registry.Annotations {
+	no := false
+	return &registry.Annotations{ReadOnlyHint: &no, DestructiveHint: &destructive, IdempotentHint: &idempotent, OpenWorldHint: &no}
+}
+
+// pathSchema is the JSON Schema of a path property.
+func pathSchema(description string) string {
+	return fmt.Sprintf(`{"type": "string", "maxLength": %d, "description": %q}`, MaxPathBytes, description)
+}
+
+// pathRules is what the tools tell a model about paths.
+const pathRules = `Paths are relative to the workspace root and use forward slashes, for example "src/main.go" or "." for the root; absolute paths, ".." components, backslashes and NUL bytes are not allowed.`
+
+// openRoot opens the caller's workspace directory.
+func (t *tools) openRoot(req *registry.Request) (*os.Root, error) {
+	root, err := t.o.Workspace.Root(req.Context.InstanceKey)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open the workspace: %w", err)
+	}
+	return root, nil
+}
+
+// cleanPath checks a path argument and returns it in canonical form ("."
+// for the root). Empty is the root only when emptyIsRoot.
+func cleanPath(arg, p string, emptyIsRoot bool) (string, error) {
+	bad := func(why string) error {
+		return &registry.Error{Code: registry.CodeInvalidArguments,
+			Message:    fmt.Sprintf("%s %s: %s", arg, quoteShort(p), why),
+			Suggestion: pathRules}
+	}
+	switch {
+	case p == "" && emptyIsRoot:
+		return ".", nil
+	case p == "":
+		return "", bad("is empty; give the path of a file inside the workspace")
+	case len(p) > MaxPathBytes:
+		return "", bad(fmt.Sprintf("is %d bytes long; the limit is %d", len(p), MaxPathBytes))
+	case strings.IndexByte(p, 0) >= 0:
+		return "", bad("contains a NUL byte")
+	case strings.Contains(p, `\`):
+		return "", bad(`contains a backslash; use "/" to separate directories`)
+	case strings.HasPrefix(p, "/"):
+		return "", bad("is absolute; paths are relative to the workspace root")
+	}
+	parts := strings.Split(p, "/")
+	kept := parts[:0]
+	for _, part := range parts {
+		switch part {
+		case "..":
+			return "", bad(`has a ".." component; paths cannot leave the workspace`)
+		case "", ".":
+			continue
+		}
+		kept = append(kept, part)
+	}
+	if len(kept) == 0 {
+		return ".", nil
+	}
+	return strings.Join(kept, "/"), nil
+}
+
+// quoteShort quotes s for a message, cutting it when it is long.
+func quoteShort(s string) string {
+	const max = 120
+	if len(s) <= max {
+		return fmt.Sprintf("%q", s)
+	}
+	cut := max
+	for cut > 0 && !isRuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q…", s[:cut])
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// fileError turns an error from os.Root into one a model can act on. The
+// message names only the workspace-relative path, never a host path.
+func fileError(rel string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var inner error = err
+	var pe *iofs.PathError
+	if errors.As(err, &pe) {
+		inner = pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		inner = le.Err
+	}
+	q := quoteShort(rel)
+	switch {
+	case strings.Contains(inner.Error(), "path escapes from parent"):
+		return registry.ToolError(
+			fmt.Sprintf("%s leads outside the workspace (through a symbolic link), so it cannot be used", q),
+			"Only files inside the workspace can be used. Use fs__list to find them.")
+	case errors.Is(inner, iofs.ErrNotExist):
+		return registry.ToolError(
+			fmt.Sprintf("%s does not exist", q),
+			"Paths are relative to the workspace root. Use fs__list to see which files exist.")
+	case errors.Is(inner, iofs.ErrExist):
+		return registry.ToolError(
+			fmt.Sprintf("%s already exists", q),
+			`Use mode "overwrite" to replace it or "append" to add to it, or choose another path.`)
+	case errors.Is(inner, iofs.ErrPermission):
+		return registry.ToolError(fmt.Sprintf("permission denied for %s", q), "Choose a file the service may access.")
+	case errors.Is(inner, syscall.ENOTDIR):
+		return registry.ToolError(
+			fmt.Sprintf("a component of %s is a file, not a directory", q),
+			"Check the path with fs__stat or fs__list.")
+	case errors.Is(inner, syscall.EISDIR):
+		return registry.ToolError(fmt.Sprintf("%s is a directory", q), "Use fs__list for directories.")
+	case errors.Is(inner, syscall.ELOOP):
+		return registry.ToolError(fmt.Sprintf("%s has too many levels of symbolic links", q), "Use a path without symbolic link loops.")
+	case errors.Is(inner, syscall.ENAMETOOLONG):
+		return registry.ToolError(fmt.Sprintf("%s has a name that is too long", q), "Use shorter file names.")
+	case errors.Is(inner, syscall.ENOSPC):
+		return registry.ToolError("the workspace is out of space", "Delete files you no longer need, or write less.")
+	}
+	return registry.ToolError(fmt.Sprintf("%s: %v", q, inner), "")
+}
+
+// typeName names the type of a file mode.
+func typeName(m iofs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "file"
+	case m.IsDir():
+		return "dir"
+	case m&iofs.ModeSymlink != 0:
+		return "symlink"
+	}
+	return "other"
+}
+
+// outputBudget is how many bytes of JSON a tool may produce for its
+// variable part (content, entries, matches), leaving room for the rest of
+// the output object. It is unbounded (-1) when the request has no limit.
+func outputBudget(req *registry.Request, fixed int) int {
+	if req.MaxOutputBytes <= 0 {
+		return -1
+	}
+	return max(req.MaxOutputBytes-fixed-256, 64)
+}
+
+// jsonLen is the length of v encoded as JSON.
+func jsonLen(v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0
+	}
+	return len(b)
+}

@@ -1,0 +1,282 @@
+package fs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"regexp/syntax"
+	"syscall"
+	"unicode/utf8"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+const (
+	// maxLineBytes is the longest line searched as one; longer lines are
+	// searched in pieces of this size.
+	maxLineBytes = 64 << 10
+	// maxMatchText is how much of a matching line a match shows.
+	maxMatchText = 240
+	// sniffBytes is how much of a file decides whether it is binary.
+	sniffBytes = 8 << 10
+)
+
+type searchArgs struct {
+	Pattern    string `json:"pattern"`
+	Path       string `json:"path"`
+	Glob       string `json:"glob"`
+	IgnoreCase bool   `json:"ignoreCase"`
+	MaxMatches int    `json:"maxMatches"`
+}
+
+// Match is one matching line.
+type Match struct {
+	Path string `json:"path"`
+	Line int    `json:"line"`
+	// Column is the 1-based byte offset of the match in the line.
+	Column int    `json:"column"`
+	Text   string `json:"text"`
+}
+
+type searchResult struct {
+	Matches      []Match `json:"matches"`
+	MatchCount   int     `json:"matchCount"`
+	FilesScanned int     `json:"filesScanned"`
+	BytesScanned int64   `json:"bytesScanned"`
+	Truncated    bool    `json:"truncated"`
+	// Reason says which limit ended the search.
+	Reason string `json:"reason,omitempty"`
+}
+
+func (t *tools) searchTool() *registry.Tool {
+	desc := fmt.Sprintf(`Search the contents of workspace files for a regular expression (Go RE2 syntax: no look-around or back-references; use ignoreCase or "(?i)" for case-insensitive matching) and return the matching lines as {path, line, column, text}, in path order. %s
+Searches the files under path (default the whole workspace), optionally only those matching glob; binary files and symbolic links are skipped. Returns at most %d matches and reads at most %d bytes of content; lines longer than %d bytes are shown cut around the match. truncated and reason say when a limit ended the search — then narrow it with a deeper path, a glob or a more specific pattern.`,
+		pathRules, t.o.MaxSearchMatches, t.o.MaxSearchBytes, maxMatchText)
+	schema := fmt.Sprintf(`{
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["pattern"],
+  "properties": {
+    "pattern": {"type": "string", "minLength": 1, "maxLength": 1000, "description": "Regular expression (Go RE2 syntax) to look for in each line, e.g. \"func \\w+\\(\" or \"TODO|FIXME\"."},
+    "path": %s,
+    "glob": {"type": "string", "maxLength": 512, "description": %q},
+    "ignoreCase": {"type": "boolean", "default": false, "description": "Match letters regardless of case."},
+    "maxMatches": {"type": "integer", "minimum": 1, "maximum": %d, "description": "Most matches to return (default and maximum %d)."}
+  }
+}`, pathSchema(`Directory (or single file) to search, relative to the workspace root; default "." (everything).`), globDescription, t.o.MaxSearchMatches, t.o.MaxSearchMatches)
+	return t.define("search", desc, registry.ReadOnly, schema, readOnly(), t.search)
+}
+
+func (t *tools) search(ctx context.Context, req *registry.Request) (any, error) {
+	var a searchArgs
+	if err := req.Bind(&a); err != nil {
+		return nil, err
+	}
+	rel, err := cleanPath("path", a.Path, true)
+	if err != nil {
+		return nil, err
+	}
+	expr := a.Pattern
+	if a.IgnoreCase {
+		expr = "(?i)" + expr
+	}
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return nil, &registry.Error{Code: registry.CodeInvalidArguments,
+			Message:    fmt.Sprintf("pattern %s is not a valid regular expression: %v", quoteShort(a.Pattern), unwrapRegexp(err)),
+			Suggestion: `Use Go RE2 syntax: no look-around or back-references; escape special characters such as ( [ . * + ? with a backslash.`}
+	}
+	glob, ok := newGlob(a.Glob)
+	if !ok {
+		return nil, &registry.Error{Code: registry.CodeInvalidArguments,
+			Message:    fmt.Sprintf("glob %s is not a valid pattern", quoteShort(a.Glob)),
+			Suggestion: globDescription}
+	}
+	s := &searcher{
+		ctx:      ctx,
+		re:       re,
+		res:      searchResult{Matches: []Match{}},
+		maxMatch: t.o.MaxSearchMatches,
+		left:     t.o.MaxSearchBytes,
+		budget:   outputBudget(req, 0),
+	}
+	if a.MaxMatches > 0 && a.MaxMatches < s.maxMatch {
+		s.maxMatch = a.MaxMatches
+	}
+	root, err := t.openRoot(req)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	s.root = root
+
+	fi, err := root.Stat(rel)
+	if err != nil {
+		return nil, fileError(rel, err)
+	}
+	if !fi.IsDir() {
+		if err := s.file(rel); err != nil && !errors.Is(err, errStop) {
+			return nil, err
+		}
+		s.res.MatchCount = len(s.res.Matches)
+		return s.res, nil
+	}
+	w := &walker{ctx: ctx, root: root, limit: t.o.MaxScanEntries}
+	err = w.walk(rel, true, func(e entry) error {
+		if !e.d.Type().IsRegular() || !glob.match(e) {
+			return nil
+		}
+		return s.file(e.rel)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if w.full && !s.res.Truncated {
+		s.res.Truncated, s.res.Reason = true, fmt.Sprintf("looked at %d directory entries without finishing; search a deeper path", t.o.MaxScanEntries)
+	}
+	s.res.MatchCount = len(s.res.Matches)
+	return s.res, nil
+}
+
+func unwrapRegexp(err error) error {
+	var re *syntax.Error
+	if errors.As(err, &re) {
+		return re
+	}
+	return err
+}
+
+// searcher holds the state of one search.
+type searcher struct {
+	ctx      context.Context
+	root     *os.Root
+	re       *regexp.Regexp
+	res      searchResult
+	maxMatch int
+	left     int64 // content bytes still allowed
+	budget   int   // output bytes still allowed; -1 is unbounded
+	used     int
+	br       *bufio.Reader // reused from file to file
+}
+
+func (s *searcher) stop(reason string) error {
+	s.res.Truncated, s.res.Reason = true, reason
+	return errStop
+}
+
+// file searches one file. Files that cannot be opened are skipped: a
+// search is best effort over what it can read.
+func (s *searcher) file(rel string) error {
+	if err := s.ctx.Err(); err != nil {
+		return err
+	}
+	if s.left <= 0 {
+		return s.stop("content byte limit reached; search a deeper path or use a glob")
+	}
+	f, err := s.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	counter := &countingReader{r: io.LimitReader(f, s.left)}
+	if s.br == nil {
+		s.br = bufio.NewReaderSize(counter, maxLineBytes)
+	} else {
+		s.br.Reset(counter)
+	}
+	br := s.br
+	defer func() {
+		s.left -= counter.n
+		s.res.BytesScanned += counter.n
+	}()
+	if head, _ := br.Peek(sniffBytes); bytes.IndexByte(head, 0) >= 0 {
+		return nil
+	}
+	s.res.FilesScanned++
+	line, reads := 0, 0
+	continued := false
+	for {
+		reads++
+		chunk, err := br.ReadSlice('\n')
+		if len(chunk) > 0 {
+			if !continued {
+				line++
+			}
+			text := bytes.TrimRight(chunk, "\r\n")
+			if loc := s.re.FindIndex(text); loc != nil {
+				if len(s.res.Matches) >= s.maxMatch {
+					return s.stop(fmt.Sprintf("more than %d matches; use a more specific pattern, path or glob", s.maxMatch))
+				}
+				m := Match{Path: rel, Line: line, Column: loc[0] + 1, Text: excerpt(text, loc[0])}
+				if s.budget >= 0 {
+					s.used += jsonLen(m) + 1
+					if s.used > s.budget {
+						return s.stop("output limit reached; use a more specific pattern, path or glob")
+					}
+				}
+				s.res.Matches = append(s.res.Matches, m)
+			}
+		}
+		continued = err == bufio.ErrBufferFull
+		if err == io.EOF {
+			break
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return nil
+		}
+		if reads%1024 == 0 {
+			if err := s.ctx.Err(); err != nil {
+				return err
+			}
+		}
+	}
+	if counter.n >= s.left {
+		if fi, err := f.Stat(); err == nil && fi.Size() > counter.n {
+			return s.stop(fmt.Sprintf("content byte limit reached in %s; search a deeper path or use a glob", quoteShort(rel)))
+		}
+	}
+	return nil
+}
+
+// excerpt returns up to maxMatchText bytes of line, as valid UTF-8, that
+// show the match starting at at.
+func excerpt(line []byte, at int) string {
+	start := 0
+	if len(line) > maxMatchText && at > maxMatchText/4 {
+		start = at - maxMatchText/4
+		for start < at && !utf8.RuneStart(line[start]) {
+			start++
+		}
+	}
+	end := min(len(line), start+maxMatchText)
+	for end > start && end < len(line) && !utf8.RuneStart(line[end]) {
+		end--
+	}
+	s := string(bytes.ToValidUTF8(line[start:end], []byte("\uFFFD")))
+	if start > 0 {
+		s = "…" + s
+	}
+	if end < len(line) {
+		s += "…"
+	}
+	return s
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
