@@ -29,6 +29,12 @@ type Config struct {
 	// Auth "none" allows serving a non-loopback address without credentials.
 	Auth string `env:"TOOLSVC_AUTH"`
 
+	FSMaxReadBytes    int64 `env:"TOOLSVC_FS_MAX_READ_BYTES" envDefault:"1048576"`
+	FSMaxWriteBytes   int64 `env:"TOOLSVC_FS_MAX_WRITE_BYTES" envDefault:"4194304"`
+	FSMaxSearchBytes  int64 `env:"TOOLSVC_FS_MAX_SEARCH_BYTES" envDefault:"33554432"`
+	DataMaxInputBytes int   `env:"TOOLSVC_DATA_MAX_INPUT_BYTES" envDefault:"1048576"`
+	DataMaxRows       int   `env:"TOOLSVC_DATA_MAX_ROWS" envDefault:"10000"`
+
 	HTTPAllowCIDRs      []netip.Prefix `env:"TOOLSVC_HTTP_ALLOW_CIDRS" envSeparator:","`
 	HTTPAllowHosts      []string       `env:"TOOLSVC_HTTP_ALLOW_HOSTS" envSeparator:","`
 	HTTPDenyHosts       []string       `env:"TOOLSVC_HTTP_DENY_HOSTS" envSeparator:","`

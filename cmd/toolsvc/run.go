@@ -17,9 +17,12 @@ import (
 	"github.com/toolsvc/toolsvc/internal/config"
 	toolhttp "github.com/toolsvc/toolsvc/internal/http"
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/tools/data"
+	"github.com/toolsvc/toolsvc/internal/tools/fs"
 	"github.com/toolsvc/toolsvc/internal/tools/httpfetch"
 	"github.com/toolsvc/toolsvc/internal/tools/jsonq"
 	"github.com/toolsvc/toolsvc/internal/tools/text"
+	"github.com/toolsvc/toolsvc/internal/tools/workspace"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -102,7 +105,15 @@ func build(cfg Config, log *slog.Logger) (*app, error) {
 	if err := hopts.Validate(); err != nil {
 		return nil, fmt.Errorf("http tools: %w", err)
 	}
+	ws, err := workspace.New(cfg.Workspace)
+	if err != nil {
+		return nil, err
+	}
 	var tools []*registry.Tool
+	tools = append(tools, fs.Tools(fs.Options{
+		Workspace: ws, MaxReadBytes: cfg.FSMaxReadBytes, MaxWriteBytes: cfg.FSMaxWriteBytes, MaxSearchBytes: cfg.FSMaxSearchBytes,
+	})...)
+	tools = append(tools, data.Tools(data.Options{MaxInputBytes: cfg.DataMaxInputBytes, MaxRows: cfg.DataMaxRows})...)
 	tools = append(tools, text.Tools()...)
 	tools = append(tools, jsonq.Tools()...)
 	tools = append(tools, httpfetch.Tools(hopts)...)

@@ -111,7 +111,7 @@ func TestServeOnDefaults(t *testing.T) {
 	for _, t := range cat.Tools {
 		names = append(names, t.Name)
 	}
-	if strings.Join(names, ",") != "http__get,http__post,json__query,text__transform" {
+	if strings.Join(names, ",") != "data__parse,fs__delete,fs__edit,fs__list,fs__read,fs__search,fs__stat,fs__write,http__get,http__post,json__query,text__transform" {
 		t.Errorf("catalog: %+v", cat.Tools)
 	}
 	status, res := in.post("/calls", `{"toolName":"text__transform","arguments":{"operation":"count","text":"a b\nc"}}`)
@@ -194,7 +194,8 @@ func TestSubcommands(t *testing.T) {
 		t.Errorf("version: %v %q", err, out.String())
 	}
 	out.Reset()
-	if err := run(context.Background(), []string{"toolsvc", "validate"}, nil, &out, io.Discard); err != nil || out.String() != "configuration OK: 4 tools\n" {
+	ws := "TOOLSVC_WORKSPACE=" + t.TempDir()
+	if err := run(context.Background(), []string{"toolsvc", "validate"}, []string{ws}, &out, io.Discard); err != nil || out.String() != "configuration OK: 12 tools\n" {
 		t.Errorf("validate: %v %q", err, out.String())
 	}
 	for _, bad := range [][]string{
@@ -206,7 +207,7 @@ func TestSubcommands(t *testing.T) {
 		{"TOOLSVC_HTTP_ALLOW_CIDRS=10.0.0.0/33"},
 		{"TOOLSVC_HTTP_ALLOW_HOSTS=bad host"},
 	} {
-		if err := run(context.Background(), []string{"toolsvc", "validate"}, bad, io.Discard, io.Discard); err == nil {
+		if err := run(context.Background(), []string{"toolsvc", "validate"}, append(bad, ws), io.Discard, io.Discard); err == nil {
 			t.Errorf("validate with %v: no error", bad)
 		}
 	}
