@@ -36,6 +36,11 @@ type Options struct {
 	Metrics *Metrics
 	// Tracer may be nil (no spans).
 	Tracer trace.Tracer
+	// TraceContent records arguments and outputs on spans
+	// (gen_ai.tool.call.arguments, gen_ai.tool.call.result), cut to
+	// TraceContentLimit characters. Off by default: they may hold
+	// personal data or secrets.
+	TraceContent bool
 	// MaxTimeout caps every call's timeout.
 	MaxTimeout time.Duration
 	// MaxConcurrency bounds the calls running at once; 0 is unbounded.
@@ -53,6 +58,7 @@ type Executor struct {
 	log     *slog.Logger
 	metrics *Metrics
 	tracer  trace.Tracer
+	content bool
 	maxTime time.Duration
 	slots   chan struct{}
 	now     func() time.Time
@@ -66,7 +72,7 @@ type state struct {
 
 // NewExecutor returns an executor.
 func NewExecutor(o Options) *Executor {
-	e := &Executor{log: o.Logger, metrics: o.Metrics, tracer: o.Tracer, maxTime: o.MaxTimeout, now: o.Now}
+	e := &Executor{log: o.Logger, metrics: o.Metrics, tracer: o.Tracer, content: o.TraceContent, maxTime: o.MaxTimeout, now: o.Now}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -136,7 +142,7 @@ func (e *Executor) Execute(ctx context.Context, caller *Caller, call *Call) (*Re
 	} else {
 		res.Status = StatusOK
 	}
-	e.observe(span, caller, res, label, tier, decision, digest, e.now().Sub(start))
+	e.observe(ctx, span, caller, res, label, tier, decision, digest, e.now().Sub(start))
 	return res, nil
 }
 
@@ -158,6 +164,9 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 		return derr
 	}
 	*digest = ArgumentsDigest(value)
+	if e.content {
+		span.SetAttributes(attribute.String("gen_ai.tool.call.arguments", truncateMessage(string(args), TraceContentLimit)))
+	}
 	if err := tool.schema.Validate(value); err != nil {
 		span.AddEvent("validation_failed")
 		return validationError(tool, err)
@@ -335,24 +344,33 @@ func (e *Executor) toError(err error, tool *Tool) *Error {
 	return out
 }
 
-func (e *Executor) observe(span trace.Span, caller *Caller, res *Result, label string, tier Tier, d Decision, digest string, elapsed time.Duration) {
+// TraceContentLimit is how many characters of arguments and output a span
+// records when content tracing is on.
+const TraceContentLimit = 8192
+
+func (e *Executor) observe(ctx context.Context, span trace.Span, caller *Caller, res *Result, label string, tier Tier, d Decision, digest string, elapsed time.Duration) {
 	code := string(res.Code())
 	if res.Error != nil {
 		span.SetAttributes(attribute.String("error.type", code))
 		span.SetStatus(codes.Error, code)
 	}
 	span.SetAttributes(attribute.Bool("toolsvc.output.truncated", res.Truncated))
+	if e.content && res.Output != nil {
+		span.SetAttributes(attribute.String("gen_ai.tool.call.result", truncateMessage(string(res.Output), TraceContentLimit)))
+	}
 	if d.Effect != "" {
 		span.SetAttributes(attribute.String("toolsvc.policy.decision", string(d.Effect)))
 	}
 	if e.metrics != nil {
 		e.metrics.calls.WithLabelValues(label, string(tier), string(res.Status), code).Inc()
-		e.metrics.duration.WithLabelValues(label, string(res.Status)).Observe(elapsed.Seconds())
+		observeWithTrace(e.metrics.duration.WithLabelValues(label, string(res.Status)), span.SpanContext(), elapsed.Seconds())
 		if res.Truncated {
 			e.metrics.truncated.WithLabelValues(label).Inc()
 		}
 	}
-	e.log.LogAttrs(context.Background(), slog.LevelInfo, "tool call",
+	// The call's context carries the trace ids to the log line; its
+	// cancellation does not matter to logging.
+	e.log.LogAttrs(ctx, slog.LevelInfo, "tool call",
 		slog.String("caller", caller.ID), slog.String("tool", label), slog.String("tier", string(tier)),
 		slog.String("toolCallId", res.ToolCallID), slog.String("decision", string(d.Effect)), slog.String("rule", d.Rule),
 		slog.String("status", string(res.Status)), slog.String("code", code),

@@ -3,6 +3,7 @@ package registry
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // UnknownTool is the metric label of a tool name that is not registered,
@@ -16,6 +17,7 @@ type Metrics struct {
 	inFlight  *prometheus.GaugeVec
 	truncated *prometheus.CounterVec
 	decisions *prometheus.CounterVec
+	approvals prometheus.Gauge
 }
 
 // DurationBuckets suit tool calls from 1 ms to 300 s.
@@ -48,5 +50,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "toolsvc_policy_decisions_total",
 			Help: "Policy decisions by tool and effect.",
 		}, []string{"tool", "decision"}),
+		approvals: f.NewGauge(prometheus.GaugeOpts{
+			Name: "toolsvc_approvals_pending",
+			Help: "Calls waiting for a human decision.",
+		}),
 	}
+}
+
+// SetApprovalsPending sets the number of calls waiting for a human
+// decision; the approval queue calls it whenever the number changes.
+func (m *Metrics) SetApprovalsPending(n int) {
+	if m != nil {
+		m.approvals.Set(float64(n))
+	}
+}
+
+// observeWithTrace records v, with the trace id as an exemplar when the
+// span is sampled, so a latency outlier on a dashboard links to its trace.
+// Exemplars are exposed only to scrapes that ask for OpenMetrics.
+func observeWithTrace(o prometheus.Observer, sc trace.SpanContext, v float64) {
+	if eo, ok := o.(prometheus.ExemplarObserver); ok && sc.IsSampled() {
+		eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String()})
+		return
+	}
+	o.Observe(v)
 }

@@ -1,0 +1,97 @@
+package telemetry
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"unicode"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// LogOptions configure the logger.
+type LogOptions struct {
+	// Level is the least level written.
+	Level slog.Leveler
+	// Format is "json" (the default) or "text" (for a terminal).
+	Format string
+}
+
+// NewLogger returns the service's logger: JSON (or text) on w, with
+// trace_id and span_id on every line logged with a context that carries a
+// span, and the values of attributes that name secrets replaced (see
+// RedactSecrets).
+func NewLogger(w io.Writer, o LogOptions) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: o.Level, ReplaceAttr: RedactSecrets}
+	var h slog.Handler
+	if o.Format == "text" {
+		h = slog.NewTextHandler(w, opts)
+	} else {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	return slog.New(NewLogHandler(h))
+}
+
+// NewLogHandler wraps h so that records logged with a context holding a
+// valid span context get trace_id and span_id attributes.
+func NewLogHandler(h slog.Handler) slog.Handler { return traceHandler{h} }
+
+type traceHandler struct{ slog.Handler }
+
+func (t traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r = r.Clone()
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return t.Handler.Handle(ctx, r)
+}
+
+func (t traceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return traceHandler{t.Handler.WithAttrs(attrs)}
+}
+
+func (t traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{t.Handler.WithGroup(name)}
+}
+
+// Redacted replaces a secret in the log.
+const Redacted = "[REDACTED]"
+
+// RedactSecrets is a slog ReplaceAttr function that replaces the value of
+// an attribute whose key names a secret (authorization, token, api key,
+// password, secret, cookie, credential, private key; any case and
+// separator) and any string value that is a bearer or basic credential.
+// It is a safety net: the service never logs such values on purpose.
+func RedactSecrets(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindGroup {
+		return a
+	}
+	if isSecretKey(a.Key) {
+		return slog.String(a.Key, Redacted)
+	}
+	if a.Value.Kind() == slog.KindString && isCredential(a.Value.String()) {
+		return slog.String(a.Key, Redacted)
+	}
+	return a
+}
+
+func isSecretKey(key string) bool {
+	k := strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r == '.' {
+			return -1
+		}
+		return unicode.ToLower(r)
+	}, key)
+	for _, w := range []string{"authorization", "password", "passwd", "secret", "token", "apikey", "cookie", "credential", "privatekey"} {
+		if strings.Contains(k, w) {
+			return true
+		}
+	}
+	return false
+}
+
+func isCredential(v string) bool {
+	scheme, rest, ok := strings.Cut(strings.TrimSpace(v), " ")
+	return ok && rest != "" && (strings.EqualFold(scheme, "Bearer") || strings.EqualFold(scheme, "Basic"))
+}

@@ -1,0 +1,167 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+
+	"go.opentelemetry.io/contrib/exporters/autoexport"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+)
+
+// Exporter names, the values of OTEL_TRACES_EXPORTER toolsvc accepts.
+const (
+	ExporterOTLP    = "otlp"
+	ExporterConsole = "console"
+	ExporterNone    = "none"
+)
+
+// TracingOptions configure the tracer provider. The fields mirror the
+// standard OTEL_* environment variables named on each, which the caller
+// reads from its configuration.
+//
+// The OTLP exporter (OTEL_TRACES_EXPORTER=otlp) is built by the
+// OpenTelemetry autoexport package, and it and the exporters it makes read
+// their own settings (OTEL_EXPORTER_OTLP_PROTOCOL, _ENDPOINT, _HEADERS,
+// _TIMEOUT, _CERTIFICATE, …) from the process environment, as does the
+// resource detector for OTEL_RESOURCE_ATTRIBUTES.
+type TracingOptions struct {
+	// Exporter is OTEL_TRACES_EXPORTER: "otlp", "console" or "none".
+	// Empty means otlp when OTLPEndpoint is set and none otherwise, so a
+	// machine without a collector does not log export failures.
+	Exporter string
+	// OTLPEndpoint is OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_ENDPOINT; it only chooses the default exporter.
+	OTLPEndpoint string
+	// Sampler and SamplerArg are OTEL_TRACES_SAMPLER and
+	// OTEL_TRACES_SAMPLER_ARG; empty is parentbased_always_on.
+	Sampler, SamplerArg string
+	// ServiceName is OTEL_SERVICE_NAME; empty is "toolsvc".
+	ServiceName string
+	// ServiceVersion is the service.version resource attribute.
+	ServiceVersion string
+	// Console receives the spans of the console exporter, one JSON object
+	// per span; nil discards them.
+	Console io.Writer
+	// SpanProcessors are added to the provider besides the exporter's
+	// (tests add an in-memory exporter).
+	SpanProcessors []sdktrace.SpanProcessor
+}
+
+// ExporterName is the exporter o selects.
+func (o TracingOptions) ExporterName() string {
+	switch {
+	case o.Exporter != "":
+		return o.Exporter
+	case o.OTLPEndpoint != "":
+		return ExporterOTLP
+	}
+	return ExporterNone
+}
+
+// Validate reports settings NewTracerProvider would refuse.
+func (o TracingOptions) Validate() error {
+	switch o.ExporterName() {
+	case ExporterOTLP, ExporterConsole, ExporterNone:
+	default:
+		return fmt.Errorf("OTEL_TRACES_EXPORTER must be otlp, console or none, got %q", o.Exporter)
+	}
+	_, err := Sampler(o.Sampler, o.SamplerArg)
+	return err
+}
+
+// NewTracerProvider returns a tracer provider exporting as o says, with a
+// resource naming the service and its version. Spans are created even with
+// the none exporter, so log lines still carry trace and span ids. The
+// caller must Shutdown the provider on exit, which flushes queued spans.
+func NewTracerProvider(ctx context.Context, o TracingOptions) (*sdktrace.TracerProvider, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	sampler, _ := Sampler(o.Sampler, o.SamplerArg)
+	name := o.ServiceName
+	if name == "" {
+		name = "toolsvc"
+	}
+	// Later options override earlier ones: the explicit service name and
+	// version win over OTEL_RESOURCE_ATTRIBUTES.
+	res, err := resource.New(ctx,
+		resource.WithFromEnv(),
+		resource.WithTelemetrySDK(),
+		resource.WithHost(),
+		resource.WithSchemaURL(semconv.SchemaURL),
+		resource.WithAttributes(semconv.ServiceName(name), semconv.ServiceVersion(o.ServiceVersion)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("tracing resource: %w", err)
+	}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler)}
+	switch o.ExporterName() {
+	case ExporterConsole:
+		w := o.Console
+		if w == nil {
+			w = io.Discard
+		}
+		exp, err := stdouttrace.New(stdouttrace.WithWriter(w))
+		if err != nil {
+			return nil, fmt.Errorf("console span exporter: %w", err)
+		}
+		// Synchronous, so a span is printed as soon as it ends.
+		opts = append(opts, sdktrace.WithSyncer(exp))
+	case ExporterOTLP:
+		exp, err := autoexport.NewSpanExporter(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("otlp span exporter: %w", err)
+		}
+		if !autoexport.IsNoneSpanExporter(exp) {
+			opts = append(opts, sdktrace.WithBatcher(exp))
+		}
+	}
+	for _, p := range o.SpanProcessors {
+		opts = append(opts, sdktrace.WithSpanProcessor(p))
+	}
+	return sdktrace.NewTracerProvider(opts...), nil
+}
+
+// Sampler returns the sampler named as OTEL_TRACES_SAMPLER names it
+// (always_on, always_off, traceidratio, parentbased_always_on,
+// parentbased_always_off, parentbased_traceidratio), with arg as
+// OTEL_TRACES_SAMPLER_ARG (the ratio, 0 to 1, default 1). Empty is
+// parentbased_always_on, the OpenTelemetry default, so an incoming
+// traceparent decides whether a request is sampled.
+func Sampler(name, arg string) (sdktrace.Sampler, error) {
+	ratio := 1.0
+	if arg != "" && (name == "traceidratio" || name == "parentbased_traceidratio") {
+		r, err := strconv.ParseFloat(arg, 64)
+		if err != nil || r < 0 || r > 1 {
+			return nil, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG must be a ratio from 0 to 1, got %q", arg)
+		}
+		ratio = r
+	}
+	switch name {
+	case "", "parentbased_always_on":
+		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
+	case "always_on":
+		return sdktrace.AlwaysSample(), nil
+	case "always_off":
+		return sdktrace.NeverSample(), nil
+	case "traceidratio":
+		return sdktrace.TraceIDRatioBased(ratio), nil
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
+	case "parentbased_traceidratio":
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)), nil
+	}
+	return nil, fmt.Errorf("OTEL_TRACES_SAMPLER must be always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio, got %q", name)
+}
+
+// Propagator is the W3C trace context propagator: it reads traceparent
+// and tracestate from incoming requests and writes them on requests
+// toolsvc makes. Baggage is not propagated, so nothing a client sends is
+// forwarded to the hosts tools call.
+func Propagator() propagation.TextMapPropagator { return propagation.TraceContext{} }
