@@ -11,7 +11,7 @@ import (
 
 // addRoutes is the one place every route is declared.
 func (s *Server) addRoutes(r chi.Router) {
-	r.Use(s.requestID, s.accessLog, s.recoverer)
+	r.Use(s.telemetry(), s.requestID, s.accessLog, s.recoverer)
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return errNotFound("no route for " + r.URL.Path)
 	}))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
@@ -47,6 +48,10 @@ type Deps struct {
 	Logger *slog.Logger
 	// Gatherer serves /metrics.
 	Gatherer prometheus.Gatherer
+	// Registerer takes the HTTP server metrics; nil records none.
+	Registerer prometheus.Registerer
+	// TracerProvider makes a server span per request; nil traces nothing.
+	TracerProvider trace.TracerProvider
 	// OpenAPI is the contract served at /openapi.yaml.
 	OpenAPI []byte
 	Limits  Limits

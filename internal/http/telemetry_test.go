@@ -1,0 +1,318 @@
+package http
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/telemetry"
+)
+
+// lockedBuffer is a goroutine-safe log sink.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// tracedEnv is newEnv with the HTTP metrics, tracing into an in-memory
+// exporter, and the service's logger at debug level.
+func tracedEnv(t *testing.T, mutate ...func(*Deps, *registry.Options)) (*env, *tracetest.InMemoryExporter, *lockedBuffer) {
+	t.Helper()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	logs := &lockedBuffer{}
+	log := telemetry.NewLogger(logs, telemetry.LogOptions{Level: slog.LevelDebug})
+	e := newEnv(t, append([]func(*Deps, *registry.Options){func(d *Deps, o *registry.Options) {
+		d.TracerProvider = tp
+		d.Logger = log
+		o.Logger = log
+		o.Tracer = tp.Tracer("toolsvc")
+	}}, mutate...)...)
+	return e, exp, logs
+}
+
+func spanAttrs(s tracetest.SpanStub) map[string]attribute.Value {
+	m := map[string]attribute.Value{}
+	for _, kv := range s.Attributes {
+		m[string(kv.Key)] = kv.Value
+	}
+	return m
+}
+
+func findSpan(t *testing.T, spans tracetest.SpanStubs, name string) tracetest.SpanStub {
+	t.Helper()
+	for _, s := range spans {
+		if s.Name == name {
+			return s
+		}
+	}
+	var names []string
+	for _, s := range spans {
+		names = append(names, s.Name)
+	}
+	t.Fatalf("no span %q among %v", name, names)
+	return tracetest.SpanStub{}
+}
+
+func TestTraceContinuesTraceparent(t *testing.T) {
+	e, exp, logs := tracedEnv(t)
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	h := map[string]string{"Content-Type": "application/json", "traceparent": "00-" + traceID + "-" + parentID + "-01"}
+	r := e.do("POST", "/calls", []byte(`{"toolName":"text__transform","toolCallId":"call_7","arguments":{"operation":"upper","text":"a"}}`), h, true)
+	if r.status != 200 {
+		t.Fatalf("call: %d %s", r.status, r.body)
+	}
+	spans := exp.GetSpans()
+	server := findSpan(t, spans, "POST /calls")
+	tool := findSpan(t, spans, "execute_tool text__transform")
+	if server.SpanKind != trace.SpanKindServer || server.SpanContext.TraceID().String() != traceID || server.Parent.SpanID().String() != parentID || !server.Parent.IsRemote() {
+		t.Errorf("server span does not continue the traceparent: kind %v trace %s parent %s", server.SpanKind, server.SpanContext.TraceID(), server.Parent.SpanID())
+	}
+	if tool.Parent.SpanID() != server.SpanContext.SpanID() || tool.SpanKind != trace.SpanKindInternal {
+		t.Errorf("execute_tool is not a child of the server span")
+	}
+	sa := spanAttrs(server)
+	if sa["http.route"].AsString() != "/calls" || sa["http.request.method"].AsString() != "POST" || sa["http.response.status_code"].AsInt64() != 200 {
+		t.Errorf("server span attributes: %v", sa)
+	}
+	ta := spanAttrs(tool)
+	if ta["gen_ai.operation.name"].AsString() != "execute_tool" || ta["gen_ai.tool.call.id"].AsString() != "call_7" || ta["toolsvc.policy.decision"].AsString() != "allow" {
+		t.Errorf("tool span attributes: %v", ta)
+	}
+
+	// Every log line of the request carries its trace, and the audit line
+	// the execute_tool span.
+	var audit, access map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line is not JSON: %s", line)
+		}
+		switch m["msg"] {
+		case "tool call":
+			audit = m
+		case "http request":
+			access = m
+		}
+	}
+	if audit["trace_id"] != traceID || audit["span_id"] != tool.SpanContext.SpanID().String() {
+		t.Errorf("audit line: %v", audit)
+	}
+	if access["trace_id"] != traceID || access["span_id"] != server.SpanContext.SpanID().String() {
+		t.Errorf("access line: %v", access)
+	}
+	for _, k := range []string{"caller", "tool", "tier", "decision", "status", "code", "durationMs", "argumentsDigest"} {
+		if _, ok := audit[k]; !ok {
+			t.Errorf("audit line lacks %s: %v", k, audit)
+		}
+	}
+}
+
+func TestTraceErrorsAndRoutes(t *testing.T) {
+	e, exp, _ := tracedEnv(t)
+	e.call("/calls", `{"toolName":"test__sleep","arguments":{}}`)
+	e.call("/calls", `{"toolName":"text__transfrom","arguments":{}}`)
+	e.do("GET", "/tools/json__query", nil, nil, true)
+	e.do("GET", "/no/such/path", nil, nil, false)
+	e.do("GET", "/healthz", nil, nil, true)
+	e.do("GET", "/metrics", nil, nil, true)
+	spans := exp.GetSpans()
+
+	sleep := findSpan(t, spans, "execute_tool test__sleep")
+	if sleep.Status.Code != codes.Error || spanAttrs(sleep)["error.type"].AsString() != "E_TIMEOUT" {
+		t.Errorf("timed out call: %v %v", sleep.Status, spanAttrs(sleep))
+	}
+	unknown := findSpan(t, spans, "execute_tool unknown")
+	if unknown.Status.Code != codes.Error || spanAttrs(unknown)["error.type"].AsString() != "E_TOOL_NOT_FOUND" {
+		t.Errorf("unknown tool: %v %v", unknown.Status, spanAttrs(unknown))
+	}
+	if s := findSpan(t, spans, "GET /tools/{name}"); spanAttrs(s)["http.route"].AsString() != "/tools/{name}" {
+		t.Errorf("route of /tools/json__query: %v", spanAttrs(s))
+	}
+	if s := findSpan(t, spans, "GET "+UnmatchedRoute); spanAttrs(s)["http.response.status_code"].AsInt64() != 404 {
+		t.Errorf("unmatched: %v", spanAttrs(s))
+	}
+	for _, s := range spans {
+		if strings.Contains(s.Name, "healthz") || strings.Contains(s.Name, "metrics") {
+			t.Errorf("probe traced: %s", s.Name)
+		}
+	}
+}
+
+func TestHTTPMetricsUseRoutePatterns(t *testing.T) {
+	e, _, _ := tracedEnv(t, func(d *Deps, o *registry.Options) { d.Registerer = d.Gatherer.(*prometheus.Registry) })
+	probe := func(from, to int) {
+		for i := from; i < to; i++ {
+			e.do("GET", fmt.Sprintf("/scan/%d/wp-login.php", i), nil, nil, false)
+			e.call("/calls", fmt.Sprintf(`{"toolName":"made__up%d","arguments":{}}`, i))
+			e.do("GET", fmt.Sprintf("/tools/made__up%d", i), nil, nil, true)
+		}
+	}
+	e.do("GET", "/tools", nil, nil, true)
+	e.call("/calls", `{"toolName":"text__transform","arguments":{"operation":"upper","text":"a"}}`)
+	e.do("FROB", "/tools", nil, nil, false)
+	probe(0, 3)
+	before, err := testutil.GatherAndCount(e.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe(3, 300)
+	after, err := testutil.GatherAndCount(e.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("invented paths and tool names grew the series from %d to %d", before, after)
+	}
+	routes := map[string]bool{}
+	families, _ := e.metrics.Gather()
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "route":
+					routes[l.GetValue()] = true
+				case "method":
+					if l.GetValue() != "GET" && l.GetValue() != "POST" && l.GetValue() != "_OTHER" {
+						t.Errorf("%s method %q", f.GetName(), l.GetValue())
+					}
+				case "tool":
+					if v := l.GetValue(); v != registry.UnknownTool && v != "text__transform" {
+						t.Errorf("%s tool %q", f.GetName(), v)
+					}
+				}
+			}
+		}
+	}
+	for r := range routes {
+		if r != "/tools" && r != "/tools/{name}" && r != "/calls" && r != UnmatchedRoute {
+			t.Errorf("route label %q", r)
+		}
+	}
+	if n := counterValue(t, e.metrics, "toolsvc_http_requests_total", map[string]string{"method": "GET", "route": "/tools/{name}", "code": "404"}); n != 300 {
+		t.Errorf("GET /tools/{name} 404 counted %v, want 300", n)
+	}
+	if n := counterValue(t, e.metrics, "toolsvc_http_requests_total", map[string]string{"method": "_OTHER", "route": UnmatchedRoute, "code": "405"}); n != 1 {
+		t.Errorf("FROB /tools counted %v, want 1", n)
+	}
+}
+
+// counterValue is the value of the counter series of family name with
+// exactly labels.
+func counterValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+func TestExemplarsInOpenMetrics(t *testing.T) {
+	e, exp, _ := tracedEnv(t, func(d *Deps, o *registry.Options) { d.Registerer = d.Gatherer.(*prometheus.Registry) })
+	e.call("/calls", `{"toolName":"text__transform","arguments":{"operation":"upper","text":"a"}}`)
+	traceID := findSpan(t, exp.GetSpans(), "execute_tool text__transform").SpanContext.TraceID().String()
+	// Plain request: the contract validator cannot decode OpenMetrics.
+	req, _ := http.NewRequest("GET", e.ts.URL+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	resp, err := e.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/openmetrics-text") {
+		t.Fatalf("content type %s", resp.Header.Get("Content-Type"))
+	}
+	for _, family := range []string{"toolsvc_tool_call_duration_seconds_bucket", "toolsvc_http_request_duration_seconds_bucket"} {
+		found := false
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, family+"{") && strings.Contains(line, `# {trace_id="`+traceID+`"}`) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no exemplar with trace %s on %s:\n%s", traceID, family, body)
+		}
+	}
+	text := e.do("GET", "/metrics", nil, nil, true)
+	if bytes.Contains(text.body, []byte("trace_id")) {
+		t.Error("the classic text format carries exemplars")
+	}
+}
+
+func TestSecretsNeverLogged(t *testing.T) {
+	const token = "tok-9f8e7d6c5b4a"
+	e, exp, logs := tracedEnv(t, func(d *Deps, o *registry.Options) {
+		d.Auth = staticAuth{token: {ID: "gateway", Scopes: []registry.Scope{registry.ScopeCall}}}
+	})
+	auth := map[string]string{"Authorization": "Bearer " + token, "Content-Type": "application/json"}
+	e.do("POST", "/calls", []byte(`{"toolName":"text__transform","arguments":{"operation":"upper","text":"password hunter2"}}`), auth, true)
+	e.do("POST", "/calls", []byte(`{"toolName":"test__panic","arguments":{"n":1}}`), auth, true)
+	e.do("POST", "/calls", []byte(`{"toolName":"text__transform","arguments":{"operation":"upper","text":"password hunter2","bogus":"`+token+`"}}`), auth, true)
+	e.do("GET", "/tools", nil, map[string]string{"Authorization": "Bearer " + token + "x"}, false)
+	e.do("GET", "/tools", nil, map[string]string{"Authorization": "Basic " + token}, false)
+	e.do("POST", "/calls", []byte(`{"toolName":`), auth, false)
+	out := logs.String()
+	if !strings.Contains(out, `"msg":"tool call"`) || !strings.Contains(out, `"caller":"gateway"`) {
+		t.Fatalf("no audit line:\n%s", out)
+	}
+	for _, secret := range []string{token, "hunter2"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("%q reached the log:\n%s", secret, out)
+		}
+		for _, s := range exp.GetSpans() {
+			b, _ := json.Marshal(s.Attributes)
+			ev, _ := json.Marshal(s.Events)
+			if bytes.Contains(b, []byte(secret)) || bytes.Contains(ev, []byte(secret)) {
+				t.Errorf("%q reached span %s", secret, s.Name)
+			}
+		}
+	}
+}
