@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -217,6 +218,9 @@ func (f *fetcher) run(ctx context.Context, method string, req *registry.Request)
 	}
 	hreq.Header = hdr
 	hreq.Header.Set("User-Agent", "toolsvc/"+f.o.Version)
+	if f.o.Propagator != nil {
+		f.o.Propagator.Inject(ctx, propagation.HeaderCarrier(hreq.Header))
+	}
 	resp, err := f.client.Do(hreq)
 	if err != nil {
 		return nil, f.requestError(ctx, rctx, hreq.URL, err, timeout)

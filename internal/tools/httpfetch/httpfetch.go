@@ -35,6 +35,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
@@ -107,6 +109,10 @@ type Options struct {
 	Resolver Resolver
 	// RootCAs verifies https servers; nil is the system pool.
 	RootCAs *x509.CertPool
+	// Propagator, when set, writes the call's trace context (W3C
+	// traceparent of the execute_tool span) on every request, so the
+	// fetched service's spans join the trace; nil sends none.
+	Propagator propagation.TextMapPropagator
 }
 
 // Validate reports options the tools cannot honour: invalid CIDRs, host
