@@ -42,6 +42,18 @@ type Config struct {
 	HTTPMaxBytes        int64          `env:"TOOLSVC_HTTP_MAX_BYTES" envDefault:"5242880"`
 	HTTPDefaultBytes    int64          `env:"TOOLSVC_HTTP_DEFAULT_BYTES" envDefault:"1048576"`
 	HTTPMaxRequestBytes int            `env:"TOOLSVC_HTTP_MAX_REQUEST_BYTES" envDefault:"1048576"`
+
+	// TraceContent records tool arguments and outputs on spans.
+	TraceContent bool `env:"TOOLSVC_TRACE_CONTENT"`
+	// OpenTelemetry's standard variables; the OTLP exporter reads the rest
+	// of its settings (OTEL_EXPORTER_OTLP_*) from the process environment.
+	TracesExporter     string `env:"OTEL_TRACES_EXPORTER"`
+	OTLPEndpoint       string `env:"OTEL_EXPORTER_OTLP_ENDPOINT"`
+	OTLPTracesEndpoint string `env:"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"`
+	TracesSampler      string `env:"OTEL_TRACES_SAMPLER"`
+	TracesSamplerArg   string `env:"OTEL_TRACES_SAMPLER_ARG"`
+	ServiceName        string `env:"OTEL_SERVICE_NAME" envDefault:"toolsvc"`
+	SDKDisabled        bool   `env:"OTEL_SDK_DISABLED"`
 }
 
 // loadConfig reads the configuration from environ ("KEY=value" pairs).
@@ -87,6 +99,9 @@ func (c Config) validate() error {
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_LOG_FORMAT must be json or text, got %q", c.LogFormat))
+	}
+	if err := c.tracing(nil).Validate(); err != nil && !c.SDKDisabled {
+		errs = append(errs, err.Error())
 	}
 	if c.Auth != "" && c.Auth != "none" {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_AUTH must be empty or none, got %q", c.Auth))

@@ -10,13 +10,11 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"github.com/toolsvc/toolsvc/api"
 	"github.com/toolsvc/toolsvc/internal/config"
 	toolhttp "github.com/toolsvc/toolsvc/internal/http"
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/telemetry"
 	"github.com/toolsvc/toolsvc/internal/tools/data"
 	"github.com/toolsvc/toolsvc/internal/tools/fs"
 	"github.com/toolsvc/toolsvc/internal/tools/httpfetch"
@@ -57,7 +55,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	}
 	switch cmd {
 	case "serve":
-		return serve(ctx, cfg, stderr)
+		return serve(ctx, cfg, stdout, stderr)
 	case "validate":
 		a, err := build(cfg, newLogger(cfg, stderr))
 		if err != nil {
@@ -73,11 +71,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 
 func newLogger(cfg Config, w io.Writer) *slog.Logger {
 	level, _ := parseLevel(cfg.LogLevel)
-	opts := &slog.HandlerOptions{Level: level}
-	if cfg.LogFormat == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
-	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return telemetry.NewLogger(w, telemetry.LogOptions{Level: level, Format: cfg.LogFormat})
 }
 
 // app is everything built from the configuration.
@@ -101,6 +95,7 @@ func build(cfg Config, log *slog.Logger) (*app, error) {
 	hopts := httpfetch.Options{
 		Version: version, AllowCIDRs: cfg.HTTPAllowCIDRs, AllowHosts: cfg.HTTPAllowHosts, DenyHosts: cfg.HTTPDenyHosts,
 		Timeout: cfg.HTTPTimeout, MaxBytes: cfg.HTTPMaxBytes, DefaultBytes: cfg.HTTPDefaultBytes, MaxRequestBytes: cfg.HTTPMaxRequestBytes,
+		Propagator: telemetry.Propagator(),
 	}
 	if err := hopts.Validate(); err != nil {
 		return nil, fmt.Errorf("http tools: %w", err)
@@ -129,12 +124,17 @@ func build(cfg Config, log *slog.Logger) (*app, error) {
 	return &app{registry: reg, policy: registry.DefaultTierEffects()}, nil
 }
 
-func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
+func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	log := newLogger(cfg, stderr)
 	a, err := build(cfg, log)
 	if err != nil {
 		return err
 	}
+	obs, err := newObservability(ctx, cfg, stdout, log)
+	if err != nil {
+		return err
+	}
+	defer obs.close(log)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
@@ -147,22 +147,25 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 		log.Warn("serving without authentication on a non-loopback address (TOOLSVC_AUTH=none)", "addr", ln.Addr().String())
 	}
 
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := obs.metrics
 	exec := registry.NewExecutor(registry.Options{
 		Registry:       a.registry,
 		Policy:         a.policy,
 		Logger:         log,
-		Metrics:        registry.NewMetrics(metrics),
+		Metrics:        obs.executor,
+		Tracer:         obs.tracers.Tracer("github.com/toolsvc/toolsvc"),
+		TraceContent:   cfg.TraceContent,
 		MaxTimeout:     cfg.MaxTimeout,
 		MaxConcurrency: cfg.MaxConcurrency,
 	})
 	srv := toolhttp.NewServer(toolhttp.Deps{
-		Executor: exec,
-		Logger:   log,
-		Gatherer: metrics,
-		OpenAPI:  api.OpenAPI(),
-		Limits:   toolhttp.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxJSONDepth: cfg.MaxJSONDepth},
+		Executor:       exec,
+		Logger:         log,
+		Gatherer:       metrics,
+		Registerer:     metrics,
+		TracerProvider: obs.tracers,
+		OpenAPI:        api.OpenAPI(),
+		Limits:         toolhttp.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxJSONDepth: cfg.MaxJSONDepth},
 	})
 
 	// Calls run under base, which outlives the signal so in-flight calls can
