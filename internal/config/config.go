@@ -137,6 +137,15 @@ func expand(p string) ([]string, error) {
 		if err != nil {
 			return err
 		}
+		// Hidden entries are skipped: editor back-ups, and the timestamped
+		// directory a Kubernetes ConfigMap mount keeps its files in (its
+		// keys are also linked at the top, so they would be read twice).
+		if path != p && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
 		if !d.IsDir() && (strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
 			files = append(files, path)
 		}

@@ -99,3 +99,36 @@ func TestLoadDirectory(t *testing.T) {
 		t.Error("missing path: no error")
 	}
 }
+
+// TestLoadConfigMapMount loads a directory laid out as Kubernetes mounts a
+// ConfigMap: the files live in a hidden timestamped directory, reached
+// through the ..data symlink, with a symlink per key at the top. Each
+// resource must be read once.
+func TestLoadConfigMapMount(t *testing.T) {
+	dir := t.TempDir()
+	stamp := filepath.Join(dir, "..2026_11_21_02_00_00.123456789")
+	if err := os.Mkdir(stamp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	doc := "apiVersion: toolsvc/v1\nkind: Policy\nmetadata: {name: default}\nspec: {}\n"
+	if err := os.WriteFile(filepath.Join(stamp, "policy.yaml"), []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Base(stamp), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..data", "policy.yaml"), filepath.Join(dir, "policy.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].File != filepath.Join(dir, "policy.yaml") {
+		var files []string
+		for _, r := range rs {
+			files = append(files, r.Source())
+		}
+		t.Fatalf("resources read from %v, want once from policy.yaml", files)
+	}
+}
