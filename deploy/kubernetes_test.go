@@ -1,0 +1,417 @@
+package deploy
+
+import (
+	"bytes"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// newObject returns an empty object of the upstream API type for
+// apiVersion and kind, or nil for a type the manifests should not hold.
+func newObject(apiVersion, kind string) any {
+	switch apiVersion + " " + kind {
+	case "v1 ServiceAccount":
+		return &corev1.ServiceAccount{}
+	case "v1 ConfigMap":
+		return &corev1.ConfigMap{}
+	case "v1 Secret":
+		return &corev1.Secret{}
+	case "v1 Service":
+		return &corev1.Service{}
+	case "v1 PersistentVolumeClaim":
+		return &corev1.PersistentVolumeClaim{}
+	case "apps/v1 Deployment":
+		return &appsv1.Deployment{}
+	case "autoscaling/v2 HorizontalPodAutoscaler":
+		return &autoscalingv2.HorizontalPodAutoscaler{}
+	case "policy/v1 PodDisruptionBudget":
+		return &policyv1.PodDisruptionBudget{}
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}
+	case "monitoring.coreos.com/v1 ServiceMonitor":
+		return &monitoringv1.ServiceMonitor{}
+	}
+	return nil
+}
+
+// decodeStrict decodes one manifest into its upstream type, refusing
+// unknown (for example misspelt) fields.
+func decodeStrict(doc []byte) (any, error) {
+	var head metav1.TypeMeta
+	if err := yaml.Unmarshal(doc, &head); err != nil {
+		return nil, err
+	}
+	obj := newObject(head.APIVersion, head.Kind)
+	if obj == nil {
+		return nil, fmt.Errorf("unexpected %s %s", head.APIVersion, head.Kind)
+	}
+	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+		return nil, fmt.Errorf("%s: %w", head.Kind, err)
+	}
+	return obj, nil
+}
+
+// manifests is a rendered kustomization, by kind and name.
+type manifests map[string]any
+
+func (m manifests) get(kind, name string) any { return m[kind+"/"+name] }
+
+// render builds the kustomization in dir as kubectl kustomize does, and
+// decodes every object strictly.
+func render(t *testing.T, dir string) manifests {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	resMap, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize %s: %v", dir, err)
+	}
+	out := manifests{}
+	for _, r := range resMap.Resources() {
+		doc, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj, err := decodeStrict(doc)
+		if err != nil {
+			t.Errorf("%s: %s/%s: %v", dir, r.GetKind(), r.GetName(), err)
+			continue
+		}
+		out[r.GetKind()+"/"+r.GetName()] = obj
+	}
+	return out
+}
+
+// TestManifestFilesDecodeStrictly decodes every manifest and patch file as
+// it is written, so a misspelt field fails even in a patch.
+func TestManifestFilesDecodeStrictly(t *testing.T) {
+	files, _ := filepath.Glob("kubernetes/*/*.yaml")
+	more, _ := filepath.Glob("kubernetes/overlays/*/*.yaml")
+	files = append(files, more...)
+	n := 0
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodeStrict(b); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+		n++
+	}
+	if n < 12 {
+		t.Errorf("only %d manifest files found", n)
+	}
+}
+
+// TestStrictnessHasTeeth shows the checks catch a misspelt field, in a
+// manifest and in a kustomization.
+func TestStrictnessHasTeeth(t *testing.T) {
+	b, err := os.ReadFile("kubernetes/base/deployment.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Replace(b, []byte("readinessProbe:"), []byte("readynessProbe:"), 1)
+	if _, err := decodeStrict(bad); err == nil || !strings.Contains(err.Error(), "readynessProbe") {
+		t.Errorf("misspelt field in a Deployment: %v", err)
+	}
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresource:\n  - sa.yaml\n",
+		"sa.yaml":            "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: x\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	if _, err := k.Run(filesys.MakeFsOnDisk(), dir); err == nil {
+		t.Error("a kustomization with a misspelt field rendered")
+	}
+}
+
+func TestBase(t *testing.T) {
+	m := render(t, "kubernetes/base")
+	checkCommon(t, m)
+	d := m.get("Deployment", "toolsvc").(*appsv1.Deployment)
+	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("the embedded store needs the Recreate strategy, got %s", d.Spec.Strategy.Type)
+	}
+	pvc := volume(t, d, "data").PersistentVolumeClaim
+	if pvc == nil || m.get("PersistentVolumeClaim", pvc.ClaimName) == nil {
+		t.Errorf("the data volume is not the PersistentVolumeClaim")
+	}
+	if hpa := m.get("HorizontalPodAutoscaler", "toolsvc").(*autoscalingv2.HorizontalPodAutoscaler); hpa.Spec.MaxReplicas != 1 {
+		t.Errorf("the embedded store cannot be shared, but the HPA may scale to %d", hpa.Spec.MaxReplicas)
+	}
+}
+
+func TestPostgresOverlay(t *testing.T) {
+	m := render(t, "kubernetes/overlays/postgres")
+	checkCommon(t, m)
+	d := m.get("Deployment", "toolsvc").(*appsv1.Deployment)
+	if d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType || d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("strategy: %+v", d.Spec.Strategy)
+	}
+	if v := volume(t, d, "data"); v.PersistentVolumeClaim != nil || v.EmptyDir == nil {
+		t.Errorf("data volume: %+v", v.VolumeSource)
+	}
+	for k := range m {
+		if strings.HasPrefix(k, "PersistentVolumeClaim/") {
+			t.Errorf("%s left in the overlay", k)
+		}
+	}
+	url := env(d, "TOOLSVC_STORE_URL")
+	if url == nil || url.ValueFrom == nil || url.ValueFrom.SecretKeyRef == nil || url.ValueFrom.SecretKeyRef.Name != "toolsvc-postgres" {
+		t.Errorf("TOOLSVC_STORE_URL: %+v", url)
+	}
+	if hpa := m.get("HorizontalPodAutoscaler", "toolsvc").(*autoscalingv2.HorizontalPodAutoscaler); *hpa.Spec.MinReplicas < 2 || hpa.Spec.MaxReplicas <= *hpa.Spec.MinReplicas {
+		t.Errorf("replicas %d..%d", *hpa.Spec.MinReplicas, hpa.Spec.MaxReplicas)
+	}
+	np := m.get("NetworkPolicy", "toolsvc").(*networkingv1.NetworkPolicy)
+	found := false
+	for _, e := range np.Spec.Egress {
+		for _, p := range e.Ports {
+			found = found || p.Port.IntValue() == 5432
+		}
+	}
+	if !found {
+		t.Error("the NetworkPolicy does not let the pods reach PostgreSQL")
+	}
+}
+
+func volume(t *testing.T, d *appsv1.Deployment, name string) corev1.Volume {
+	t.Helper()
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == name {
+			return v
+		}
+	}
+	t.Fatalf("no volume %s", name)
+	return corev1.Volume{}
+}
+
+func env(d *appsv1.Deployment, name string) *corev1.EnvVar {
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == name {
+			return &e
+		}
+	}
+	return nil
+}
+
+// checkCommon checks what base and overlay share: the kinds, the pod's
+// hardening, probes and resources, and that every reference between
+// objects (selectors, ports, ConfigMaps, Secrets) resolves.
+func checkCommon(t *testing.T, m manifests) {
+	t.Helper()
+	for _, want := range []string{"Deployment/toolsvc", "Service/toolsvc", "ConfigMap/toolsvc-resources", "Secret/toolsvc-api-key",
+		"HorizontalPodAutoscaler/toolsvc", "PodDisruptionBudget/toolsvc", "NetworkPolicy/toolsvc", "ServiceMonitor/toolsvc", "ServiceAccount/toolsvc"} {
+		if m[want] == nil {
+			t.Errorf("%s missing", want)
+		}
+	}
+	d, ok := m.get("Deployment", "toolsvc").(*appsv1.Deployment)
+	if !ok {
+		t.FailNow()
+	}
+	pod := d.Spec.Template.Spec
+	podLabels := labels.Set(d.Spec.Template.Labels)
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil || !sel.Matches(podLabels) {
+		t.Errorf("the Deployment's selector does not match its pods: %v", err)
+	}
+	if d.Spec.Replicas != nil {
+		t.Error("spec.replicas is set; the HorizontalPodAutoscaler owns it")
+	}
+
+	// Hardening.
+	psc := pod.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 ||
+		psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod securityContext: %+v", psc)
+	}
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Error("the service account token is mounted")
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+		t.Errorf("container securityContext: %+v", sc)
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("resources: %+v", c.Resources)
+	}
+
+	// Probes on the health endpoints, through the named port.
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe, "startup": c.StartupProbe} {
+		want := "/healthz"
+		if name == "readiness" {
+			want = "/readyz"
+		}
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want || ports[p.HTTPGet.Port.String()] == 0 {
+			t.Errorf("%s probe: %+v", name, p)
+		}
+	}
+	if pod.TerminationGracePeriodSeconds == nil || *pod.TerminationGracePeriodSeconds < 35 {
+		t.Error("terminationGracePeriodSeconds leaves calls in flight no time to drain (TOOLSVC_SHUTDOWN_TIMEOUT is 30s)")
+	}
+
+	// Every mount has a volume, and the root filesystem is read-only, so
+	// the places the service writes are volumes.
+	vols := map[string]corev1.Volume{}
+	for _, v := range pod.Volumes {
+		vols[v.Name] = v
+	}
+	mounted := map[string]bool{}
+	for _, vm := range c.VolumeMounts {
+		if _, ok := vols[vm.Name]; !ok {
+			t.Errorf("mount %s has no volume", vm.Name)
+		}
+		mounted[vm.MountPath] = true
+	}
+	for _, path := range []string{"/workspace", "/data", "/tmp", "/etc/toolsvc"} {
+		if !mounted[path] {
+			t.Errorf("%s is not a volume", path)
+		}
+	}
+	for _, v := range vols {
+		if v.ConfigMap != nil && m.get("ConfigMap", v.ConfigMap.Name) == nil {
+			t.Errorf("volume %s: no ConfigMap %s", v.Name, v.ConfigMap.Name)
+		}
+	}
+
+	// Environment: every variable is one the service reads, and every
+	// secret reference resolves.
+	known := knownVariables(t)
+	for _, e := range c.Env {
+		if !known[e.Name] {
+			t.Errorf("env %s is not a variable toolsvc reads", e.Name)
+		}
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			ref := e.ValueFrom.SecretKeyRef
+			s, _ := m.get("Secret", ref.Name).(*corev1.Secret)
+			if s == nil {
+				t.Errorf("env %s: no Secret %s", e.Name, ref.Name)
+			} else if _, ok := s.StringData[ref.Key]; !ok {
+				t.Errorf("env %s: Secret %s has no key %s", e.Name, ref.Name, ref.Key)
+			}
+		}
+	}
+
+	// The Service reaches the pods' port; the ServiceMonitor scrapes it.
+	svc := m.get("Service", "toolsvc").(*corev1.Service)
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) || len(svc.Spec.Selector) == 0 {
+		t.Errorf("the Service selects no toolsvc pod: %v", svc.Spec.Selector)
+	}
+	svcPorts := map[string]bool{}
+	for _, p := range svc.Spec.Ports {
+		if ports[p.TargetPort.String()] == 0 && p.TargetPort.IntValue() == 0 {
+			t.Errorf("Service port %s targets %s, not a container port", p.Name, p.TargetPort.String())
+		}
+		svcPorts[p.Name] = true
+	}
+	smon := m.get("ServiceMonitor", "toolsvc").(*monitoringv1.ServiceMonitor)
+	if s, err := metav1.LabelSelectorAsSelector(&smon.Spec.Selector); err != nil || !s.Matches(labels.Set(svc.Labels)) {
+		t.Errorf("the ServiceMonitor does not select the Service: %v", err)
+	}
+	for _, ep := range smon.Spec.Endpoints {
+		if !svcPorts[ep.Port] || ep.Path != "/metrics" {
+			t.Errorf("ServiceMonitor endpoint %s %s", ep.Port, ep.Path)
+		}
+	}
+
+	// The autoscaler, the disruption budget and the network policy are
+	// about these pods.
+	hpa := m.get("HorizontalPodAutoscaler", "toolsvc").(*autoscalingv2.HorizontalPodAutoscaler)
+	if ref := hpa.Spec.ScaleTargetRef; ref.Kind != "Deployment" || ref.Name != d.Name || ref.APIVersion != "apps/v1" {
+		t.Errorf("HPA target %+v", ref)
+	}
+	if hpa.Spec.MinReplicas == nil || *hpa.Spec.MinReplicas < 1 || hpa.Spec.MaxReplicas < *hpa.Spec.MinReplicas || len(hpa.Spec.Metrics) == 0 {
+		t.Errorf("HPA spec %+v", hpa.Spec)
+	}
+	pdb := m.get("PodDisruptionBudget", "toolsvc").(*policyv1.PodDisruptionBudget)
+	if s, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err != nil || !s.Matches(podLabels) {
+		t.Errorf("the PodDisruptionBudget does not select the pods: %v", err)
+	}
+	if pdb.Spec.MinAvailable != nil && pdb.Spec.MinAvailable.IntValue() >= int(*hpa.Spec.MinReplicas) {
+		t.Error("the PodDisruptionBudget blocks every drain")
+	}
+	np := m.get("NetworkPolicy", "toolsvc").(*networkingv1.NetworkPolicy)
+	if s, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil || !s.Matches(podLabels) {
+		t.Errorf("the NetworkPolicy does not select the pods: %v", err)
+	}
+	if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) || !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+		t.Errorf("policy types %v", np.Spec.PolicyTypes)
+	}
+	for _, rule := range np.Spec.Ingress {
+		for _, p := range rule.Ports {
+			if ports[p.Port.String()] == 0 && p.Port.IntValue() == 0 {
+				t.Errorf("ingress port %s is not a container port", p.Port.String())
+			}
+		}
+	}
+}
+
+// knownVariables are the environment variables toolsvc reads: the env
+// tags of cmd/toolsvc's Config, what Kubernetes itself uses (downward API
+// helpers, GOMEMLIMIT) and the store and auth settings being wired in.
+func knownVariables(t *testing.T) map[string]bool {
+	t.Helper()
+	known := map[string]bool{
+		"POD_NAME": true, "POD_NAMESPACE": true, "NODE_NAME": true, "GOMEMLIMIT": true, "OTEL_RESOURCE_ATTRIBUTES": true,
+		// Read by the store and caller packages as they are wired into
+		// cmd/toolsvc; remove from here once Config has them.
+		"TOOLSVC_API_KEY": true, "TOOLSVC_DATA_DIR": true, "TOOLSVC_STORE_URL": true,
+	}
+	f, err := parser.ParseFile(token.NewFileSet(), "../cmd/toolsvc/config.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		field, ok := n.(*ast.Field)
+		if !ok || field.Tag == nil {
+			return true
+		}
+		tag, _ := strconv.Unquote(field.Tag.Value)
+		if name := reflect.StructTag(tag).Get("env"); name != "" {
+			known[name] = true
+		}
+		return true
+	})
+	if !known["TOOLSVC_ADDR"] || !known["OTEL_TRACES_EXPORTER"] {
+		t.Fatal("could not read the variables of cmd/toolsvc/config.go")
+	}
+	return known
+}
