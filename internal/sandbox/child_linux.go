@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -39,6 +40,14 @@ func reportSetup(err error) error {
 }
 
 func runChild(cfg *childConfig, argv []string) error {
+	// Capabilities, the bounding set and no_new_privs are per thread; the
+	// program inherits them from the thread that executes it, so all of
+	// this and the exec happen on one thread. Never unlocked: this
+	// process either becomes the program or exits.
+	runtime.LockOSThread()
+	if err := dropPrivileges(); err != nil {
+		return err
+	}
 	// The program must not inherit the set-up pipe: a successful exec
 	// closes it, which tells the parent that set-up worked.
 	var st unix.Stat_t
@@ -57,6 +66,34 @@ func runChild(cfg *childConfig, argv []string) error {
 	}
 	err := unix.Exec(cfg.Path, argv, os.Environ())
 	return fmt.Errorf("exec %s: %w", cfg.Path, err)
+}
+
+// dropPrivileges sets no_new_privs (no setuid or file capabilities on
+// exec) and drops every capability, from the bounding set too, so that a
+// program started by root is root without privileges.
+func dropPrivileges() error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+	}
+	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) // EINVAL before Linux 4.3
+	for c := uintptr(0); c < 64; c++ {
+		err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			break // past the last capability this kernel knows
+		}
+		if errors.Is(err, unix.EPERM) {
+			break // no CAP_SETPCAP: an unprivileged user, nothing to drop
+		}
+		if err != nil {
+			return fmt.Errorf("prctl(PR_CAPBSET_DROP, %d): %w", c, err)
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
 }
 
 // Rights granted on paths. Directory rights are cut down to the file

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -41,7 +42,8 @@ const (
 	// nothing but resource limits) and says so in Status.
 	ModeBestEffort Mode = "best-effort"
 	// ModeOff runs programs in their own process group with a scrubbed
-	// environment, but with no Landlock and no resource limits.
+	// environment, but with no Landlock, no resource limits and no
+	// privilege drop.
 	ModeOff Mode = "off"
 )
 
@@ -176,6 +178,9 @@ type Status struct {
 	// Scoped: programs may not signal processes or reach abstract UNIX
 	// sockets outside their domain (ABI 6+).
 	Scoped bool `json:"scoped"`
+	// NoPrivileges: programs run with no_new_privs and no capabilities
+	// (also when the service runs as root).
+	NoPrivileges bool `json:"noPrivileges"`
 	// Rlimits lists the resource limits applied.
 	Rlimits []string `json:"rlimits"`
 	// Reason explains layers that are missing.
@@ -188,7 +193,8 @@ func (st Status) LogAttrs() []any {
 		slog.String("mode", string(st.Mode)), slog.Int("landlockAbi", st.LandlockABI),
 		slog.Bool("landlock", st.Landlock), slog.Bool("fsRules", st.FSRules),
 		slog.Bool("netRules", st.NetRules), slog.Bool("udpRules", st.UDPRules), slog.Bool("scoped", st.Scoped),
-		slog.String("rlimits", strings.Join(st.Rlimits, ",")), slog.String("reason", st.Reason),
+		slog.Bool("noPrivileges", st.NoPrivileges), slog.String("rlimits", strings.Join(st.Rlimits, ",")),
+		slog.String("reason", st.Reason),
 	}
 }
 
@@ -206,6 +212,7 @@ func (s *Sandbox) computeStatus(p ProbeResult) Status {
 		return st
 	}
 	st.Rlimits = s.limits.names()
+	st.NoPrivileges = runtime.GOOS == "linux"
 	if p.LandlockABI < 1 {
 		st.Reason = "Landlock unavailable"
 		if p.Err != nil {
