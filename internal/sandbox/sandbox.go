@@ -471,6 +471,9 @@ func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("%s not started: %w", sp.Args[0], ctx.Err())
+		}
 		return res, fmt.Errorf("%w: start %s: %v", ErrSetup, sp.Args[0], err)
 	}
 	var setupErr error

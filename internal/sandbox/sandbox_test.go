@@ -355,7 +355,9 @@ func TestPrivilegesDropped(t *testing.T) {
 }
 
 func TestResourceLimits(t *testing.T) {
-	s := newSandbox(t, ModeBestEffort, Limits{FileSizeBytes: 4096, CPUSeconds: 1})
+	// The address-space limit is there to show that programs (and the Go
+	// child that executes them) still start under a realistic one.
+	s := newSandbox(t, ModeBestEffort, Limits{FileSizeBytes: 4096, CPUSeconds: 1, AddressSpaceBytes: 512 << 20})
 	ws := t.TempDir()
 	res, err := s.Run(context.Background(), Spec{Args: []string{"dd", "if=/dev/zero", "of=big", "bs=1024", "count=64"}, Workspace: ws})
 	if err != nil {
@@ -367,6 +369,9 @@ func TestResourceLimits(t *testing.T) {
 	}
 	if res.ExitCode == 0 || fi.Size() > 4096 {
 		t.Fatalf("file size limit not applied: exit %d size %d", res.ExitCode, fi.Size())
+	}
+	if res, err := s.Run(context.Background(), Spec{Args: []string{"sort", "-n"}, Stdin: strings.NewReader("3\n1\n2\n"), Workspace: ws}); err != nil || string(res.Stdout) != "1\n2\n3\n" {
+		t.Fatalf("sort under an address-space limit: %q %q %v", res.Stdout, res.Stderr, err)
 	}
 	// A busy loop is stopped by the CPU limit (SIGXCPU or SIGKILL), not by
 	// the generous context deadline.
