@@ -35,6 +35,18 @@ type Config struct {
 	DataMaxInputBytes int   `env:"TOOLSVC_DATA_MAX_INPUT_BYTES" envDefault:"1048576"`
 	DataMaxRows       int   `env:"TOOLSVC_DATA_MAX_ROWS" envDefault:"10000"`
 
+	ShellSandbox        string        `env:"TOOLSVC_SHELL_SANDBOX" envDefault:"best-effort"`
+	ShellAllow          []string      `env:"TOOLSVC_SHELL_ALLOW" envSeparator:","`
+	ShellEnvAllow       []string      `env:"TOOLSVC_SHELL_ENV_ALLOW" envSeparator:","`
+	ShellReadOnlyDirs   []string      `env:"TOOLSVC_SHELL_READ_ONLY_DIRS" envSeparator:","`
+	ShellCPUSeconds     uint64        `env:"TOOLSVC_SHELL_RLIMIT_CPU_SECONDS" envDefault:"60"`
+	ShellAddressSpace   uint64        `env:"TOOLSVC_SHELL_RLIMIT_AS_BYTES" envDefault:"2147483648"`
+	ShellFileSize       uint64        `env:"TOOLSVC_SHELL_RLIMIT_FSIZE_BYTES" envDefault:"1073741824"`
+	ShellProcesses      uint64        `env:"TOOLSVC_SHELL_RLIMIT_NPROC"`
+	ShellMaxOutputBytes int           `env:"TOOLSVC_SHELL_MAX_OUTPUT_BYTES" envDefault:"8192"`
+	ShellMaxProcesses   int           `env:"TOOLSVC_SHELL_MAX_PROCESSES" envDefault:"32"`
+	ShellTimeout        time.Duration `env:"TOOLSVC_SHELL_TIMEOUT" envDefault:"30s"`
+
 	HTTPAllowCIDRs      []netip.Prefix `env:"TOOLSVC_HTTP_ALLOW_CIDRS" envSeparator:","`
 	HTTPAllowHosts      []string       `env:"TOOLSVC_HTTP_ALLOW_HOSTS" envSeparator:","`
 	HTTPDenyHosts       []string       `env:"TOOLSVC_HTTP_DENY_HOSTS" envSeparator:","`

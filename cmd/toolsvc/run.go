@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,10 +18,12 @@ import (
 	"github.com/toolsvc/toolsvc/internal/config"
 	toolhttp "github.com/toolsvc/toolsvc/internal/http"
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/sandbox"
 	"github.com/toolsvc/toolsvc/internal/tools/data"
 	"github.com/toolsvc/toolsvc/internal/tools/fs"
 	"github.com/toolsvc/toolsvc/internal/tools/httpfetch"
 	"github.com/toolsvc/toolsvc/internal/tools/jsonq"
+	"github.com/toolsvc/toolsvc/internal/tools/shell"
 	"github.com/toolsvc/toolsvc/internal/tools/text"
 	"github.com/toolsvc/toolsvc/internal/tools/workspace"
 )
@@ -39,6 +42,10 @@ Settings come from TOOLSVC_* environment variables; see the README.`
 
 // run is the whole program; main only calls it.
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	if len(args) > 1 && args[1] == sandbox.ChildCommand {
+		// The sandboxed child: confine this process, then exec the program.
+		return sandbox.RunChild(args[2:])
+	}
 	cmd := "serve"
 	if len(args) > 1 {
 		cmd = args[1]
@@ -84,6 +91,7 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 type app struct {
 	registry *registry.Registry
 	policy   registry.Policy
+	sandbox  *sandbox.Sandbox
 }
 
 // build loads resources and built-in tools into a registry and policy.
@@ -117,6 +125,11 @@ func build(cfg Config, log *slog.Logger) (*app, error) {
 	tools = append(tools, text.Tools()...)
 	tools = append(tools, jsonq.Tools()...)
 	tools = append(tools, httpfetch.Tools(hopts)...)
+	sb, shellTools, err := buildShell(cfg, ws, log)
+	if err != nil {
+		return nil, err
+	}
+	tools = append(tools, shellTools...)
 	reg, err := registry.New(registry.Defaults{
 		Timeout:           cfg.DefaultTimeout,
 		MaxTimeout:        cfg.MaxTimeout,
@@ -126,7 +139,40 @@ func build(cfg Config, log *slog.Logger) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &app{registry: reg, policy: registry.DefaultTierEffects()}, nil
+	return &app{registry: reg, policy: registry.DefaultTierEffects(), sandbox: sb}, nil
+}
+
+// buildShell makes the sandbox and shell__exec.
+func buildShell(cfg Config, ws *workspace.Workspace, log *slog.Logger) (*sandbox.Sandbox, []*registry.Tool, error) {
+	mode, err := sandbox.ParseMode(cfg.ShellSandbox)
+	if err != nil {
+		return nil, nil, fmt.Errorf("TOOLSVC_SHELL_SANDBOX: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox: locating the toolsvc binary: %w", err)
+	}
+	sb, err := sandbox.New(sandbox.Options{
+		Mode:         mode,
+		SelfExe:      self,
+		ReadOnlyDirs: cfg.ShellReadOnlyDirs,
+		Limits: sandbox.Limits{
+			CPUSeconds: cfg.ShellCPUSeconds, AddressSpaceBytes: cfg.ShellAddressSpace,
+			FileSizeBytes: cfg.ShellFileSize, Processes: cfg.ShellProcesses,
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	tools, err := shell.Tools(shell.Options{
+		Workspace: ws, Sandbox: sb, Allow: cfg.ShellAllow, EnvAllow: cfg.ShellEnvAllow,
+		MaxOutputBytes: cfg.ShellMaxOutputBytes, MaxProcesses: cfg.ShellMaxProcesses, Timeout: cfg.ShellTimeout, Logger: log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return sb, tools, nil
 }
 
 func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
@@ -158,11 +204,12 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 		MaxConcurrency: cfg.MaxConcurrency,
 	})
 	srv := toolhttp.NewServer(toolhttp.Deps{
-		Executor: exec,
-		Logger:   log,
-		Gatherer: metrics,
-		OpenAPI:  api.OpenAPI(),
-		Limits:   toolhttp.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxJSONDepth: cfg.MaxJSONDepth},
+		Executor:     exec,
+		Logger:       log,
+		Gatherer:     metrics,
+		OpenAPI:      api.OpenAPI(),
+		Limits:       toolhttp.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxJSONDepth: cfg.MaxJSONDepth},
+		ReadyDetails: map[string]any{"sandbox": a.sandbox.Status()},
 	})
 
 	// Calls run under base, which outlives the signal so in-flight calls can

@@ -4,14 +4,29 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/toolsvc/toolsvc/internal/sandbox"
 )
+
+// TestMain lets the test binary serve as the sandbox's re-executed child,
+// as the toolsvc binary does.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.ChildCommand {
+		err := run(context.Background(), os.Args, nil, os.Stdout, os.Stderr)
+		fmt.Fprintln(os.Stderr, "sandbox child:", err)
+		os.Exit(125)
+	}
+	os.Exit(m.Run())
+}
 
 // syncBuffer is a goroutine-safe log sink.
 type syncBuffer struct {
@@ -111,7 +126,7 @@ func TestServeOnDefaults(t *testing.T) {
 	for _, t := range cat.Tools {
 		names = append(names, t.Name)
 	}
-	if strings.Join(names, ",") != "data__parse,fs__delete,fs__edit,fs__list,fs__read,fs__search,fs__stat,fs__write,http__get,http__post,json__query,text__transform" {
+	if strings.Join(names, ",") != "data__parse,fs__delete,fs__edit,fs__list,fs__read,fs__search,fs__stat,fs__write,http__get,http__post,json__query,shell__exec,text__transform" {
 		t.Errorf("catalog: %+v", cat.Tools)
 	}
 	status, res := in.post("/calls", `{"toolName":"text__transform","arguments":{"operation":"count","text":"a b\nc"}}`)
@@ -195,7 +210,7 @@ func TestSubcommands(t *testing.T) {
 	}
 	out.Reset()
 	ws := "TOOLSVC_WORKSPACE=" + t.TempDir()
-	if err := run(context.Background(), []string{"toolsvc", "validate"}, []string{ws}, &out, io.Discard); err != nil || out.String() != "configuration OK: 12 tools\n" {
+	if err := run(context.Background(), []string{"toolsvc", "validate"}, []string{ws}, &out, io.Discard); err != nil || out.String() != "configuration OK: 13 tools\n" {
 		t.Errorf("validate: %v %q", err, out.String())
 	}
 	for _, bad := range [][]string{
@@ -206,6 +221,8 @@ func TestSubcommands(t *testing.T) {
 		{"TOOLSVC_CONFIG=/nonexistent/tools.yaml"},
 		{"TOOLSVC_HTTP_ALLOW_CIDRS=10.0.0.0/33"},
 		{"TOOLSVC_HTTP_ALLOW_HOSTS=bad host"},
+		{"TOOLSVC_SHELL_SANDBOX=sometimes"},
+		{"TOOLSVC_SHELL_ALLOW=/bin/sh"},
 	} {
 		if err := run(context.Background(), []string{"toolsvc", "validate"}, append(bad, ws), io.Discard, io.Discard); err == nil {
 			t.Errorf("validate with %v: no error", bad)

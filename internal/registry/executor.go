@@ -279,8 +279,10 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, req *Request, timeout
 	}
 }
 
-// abandonGrace is how long a tool may take to return once its context ends.
-const abandonGrace = 100 * time.Millisecond
+// abandonGrace is how long a tool may take to return once its context
+// ends: long enough for a process sandbox to stop a process group
+// (SIGTERM, a grace, SIGKILL), so the answer comes after the cleanup.
+const abandonGrace = time.Second
 
 func timeoutError(tool *Tool, timeout time.Duration) *Error {
 	return &Error{Code: CodeTimeout,

@@ -109,13 +109,14 @@ const (
 )
 
 // systemReadPaths are what a dynamically linked program needs to start and
-// behave normally (libraries, loader cache, locales, time zones, user
-// names). Broad /etc is deliberately absent.
+// behave normally (libraries, loader cache, locales, time zones). Broad
+// /etc is deliberately absent, and so are the user and group databases:
+// programs show numeric owners rather than read /etc/passwd.
 func systemReadPaths() []string {
 	return []string{
 		"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 		"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
-		"/etc/localtime", "/etc/timezone", "/etc/nsswitch.conf", "/etc/passwd", "/etc/group",
+		"/etc/localtime", "/etc/timezone",
 		"/etc/magic", "/etc/mime.types",
 		"/dev/zero", "/dev/urandom", "/dev/random",
 	}
