@@ -281,8 +281,11 @@ type Spec struct {
 	MaxOutputBytes int
 	// AllowExec lists further files or directories the program may
 	// execute (the program itself always may), such as the interpreter
-	// of a script.
+	// of a script (see Interpreters).
 	AllowExec []string
+	// ReadOnly lists further files or directories this program may read,
+	// besides the sandbox's ReadOnlyDirs and the system directories.
+	ReadOnly []string
 }
 
 // Result is what a program did.
@@ -405,6 +408,11 @@ func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 	if sp.Workspace == "" || !filepath.IsAbs(sp.Workspace) {
 		return res, fmt.Errorf("%w: the workspace must be an absolute directory, got %q", ErrSetup, sp.Workspace)
 	}
+	for _, p := range sp.ReadOnly {
+		if !filepath.IsAbs(p) {
+			return res, fmt.Errorf("%w: readable path %q is not absolute", ErrSetup, p)
+		}
+	}
 	path, err := LookPath(sp.Args[0])
 	if err != nil {
 		return res, err
@@ -430,7 +438,7 @@ func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 			Landlock:  s.status.Landlock,
 			ABI:       s.status.LandlockABI,
 			Strict:    s.mode == ModeRequired,
-			ReadOnly:  s.readOnly,
+			ReadOnly:  slices.Concat(s.readOnly, sp.ReadOnly),
 			ReadWrite: []string{sp.Workspace},
 			Exec:      execSet(path, sp.AllowExec),
 			Limits:    s.limits,
