@@ -14,23 +14,26 @@ import (
 // gives up after a few; four is plenty for real scripts).
 const maxInterpreterDepth = 4
 
-// Interpreters returns what the kernel and the script must be allowed to
-// execute, besides the program itself, to run the program at path: for a
-// script, the interpreter named on its "#!" line and that interpreter's
-// dynamic loader; for "#!/usr/bin/env NAME", also NAME as found in
-// DefaultPath (env executes it) and its loader. An ELF program needs
-// nothing more (its own loader is always allowed). Pass the result as
-// Spec.AllowExec so a script can run under Landlock, which otherwise lets
-// a program execute only itself and its loader.
+// ExecDeps returns what the kernel must be allowed to execute, besides
+// the file itself, to run the program at path: for an ELF program, the
+// dynamic loader named in its header; for a script, the interpreter named
+// on its "#!" line and that interpreter's loader, and for
+// "#!/usr/bin/env NAME" also NAME as found in DefaultPath (env executes
+// it) and its loader. Under Landlock a program may execute only itself and
+// its own loader, so pass ExecDeps of a script as Spec.AllowExec, and the
+// program and ExecDeps of every further program it runs.
 //
 // It fails when the "#!" line names a relative or missing interpreter, or
 // when env is asked for a program that is not in DefaultPath.
-func Interpreters(path string) ([]string, error) {
+func ExecDeps(path string) ([]string, error) {
 	var out []string
 	add := func(p string) {
 		if !slices.Contains(out, p) {
 			out = append(out, p)
 		}
+	}
+	for _, p := range execSet(path, nil)[1:] {
+		add(p) // its own dynamic loader
 	}
 	cur := path
 	for depth := 0; ; depth++ {
@@ -64,7 +67,7 @@ func Interpreters(path string) ([]string, error) {
 				for _, p := range execSet(found, nil)[1:] {
 					add(p)
 				}
-				more, err := Interpreters(found)
+				more, err := ExecDeps(found)
 				if err != nil {
 					return nil, err
 				}

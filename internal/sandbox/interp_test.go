@@ -21,7 +21,7 @@ func writeScript(t *testing.T, dir, name, body string) string {
 	return p
 }
 
-func TestInterpreters(t *testing.T) {
+func TestExecDeps(t *testing.T) {
 	dir := t.TempDir()
 	sh, err := LookPath("sh")
 	if err != nil {
@@ -32,23 +32,23 @@ func TestInterpreters(t *testing.T) {
 		t.Skip("no env in", DefaultPath)
 	}
 	plain := writeScript(t, dir, "plain.sh", "#!"+sh+"\necho hi\n")
-	got, err := Interpreters(plain)
+	got, err := ExecDeps(plain)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) == 0 || got[0] != sh {
-		t.Fatalf("Interpreters(#!%s) = %v", sh, got)
+		t.Fatalf("ExecDeps(#!%s) = %v", sh, got)
 	}
 	viaEnv := writeScript(t, dir, "env.sh", "#!"+env+" -S sh -e\necho hi\n")
-	got, err = Interpreters(viaEnv)
+	got, err = ExecDeps(viaEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(got, env) || !slices.Contains(got, sh) {
-		t.Fatalf("Interpreters(#!env -S sh) = %v, want both %s and %s", got, env, sh)
+		t.Fatalf("ExecDeps(#!env -S sh) = %v, want both %s and %s", got, env, sh)
 	}
-	if got, err := Interpreters(sh); err != nil || len(got) != 0 {
-		t.Fatalf("an ELF program needs no interpreter: %v %v", got, err)
+	if got, err := ExecDeps(sh); err != nil || slices.Contains(got, sh) || len(got) > 1 {
+		t.Fatalf("an ELF program needs at most its loader: %v %v", got, err)
 	}
 	for name, body := range map[string]string{
 		"relative.sh": "#!sh\n",
@@ -56,7 +56,7 @@ func TestInterpreters(t *testing.T) {
 		"unknown.sh":  "#!" + env + " no-such-program-xyz\n",
 		"empty.sh":    "#!\n",
 	} {
-		if _, err := Interpreters(writeScript(t, dir, name, body)); err == nil {
+		if _, err := ExecDeps(writeScript(t, dir, name, body)); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
@@ -76,7 +76,7 @@ func TestScriptRunsWithItsInterpreterAllowed(t *testing.T) {
 	if err == nil && res.ExitCode == 0 {
 		t.Fatalf("a script ran although its interpreter may not be executed: %+v", res)
 	}
-	interps, err := Interpreters(script)
+	interps, err := ExecDeps(script)
 	if err != nil {
 		t.Fatal(err)
 	}

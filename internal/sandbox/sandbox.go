@@ -281,7 +281,7 @@ type Spec struct {
 	MaxOutputBytes int
 	// AllowExec lists further files or directories the program may
 	// execute (the program itself always may), such as the interpreter
-	// of a script (see Interpreters).
+	// of a script (see ExecDeps).
 	AllowExec []string
 	// ReadOnly lists further files or directories this program may read,
 	// besides the sandbox's ReadOnlyDirs and the system directories.
