@@ -28,6 +28,14 @@ type Config struct {
 	LogFormat         string        `env:"TOOLSVC_LOG_FORMAT" envDefault:"json"`
 	// Auth "none" allows serving a non-loopback address without credentials.
 	Auth string `env:"TOOLSVC_AUTH"`
+	// Watch reloads the configuration when its files change (SIGHUP
+	// always does).
+	Watch             bool          `env:"TOOLSVC_WATCH" envDefault:"false"`
+	MCPConnectTimeout time.Duration `env:"TOOLSVC_MCP_CONNECT_TIMEOUT" envDefault:"10s"`
+
+	// environ is the whole environment, for the variables resources name
+	// (exec tools' env allowlists, valueFrom.env).
+	environ map[string]string
 
 	FSMaxReadBytes    int64 `env:"TOOLSVC_FS_MAX_READ_BYTES" envDefault:"1048576"`
 	FSMaxWriteBytes   int64 `env:"TOOLSVC_FS_MAX_WRITE_BYTES" envDefault:"4194304"`
@@ -68,7 +76,15 @@ func loadConfig(environ []string) (Config, error) {
 	if err := env.ParseWithOptions(&c, env.Options{Environment: vars}); err != nil {
 		return c, fmt.Errorf("configuration: %w", err)
 	}
+	c.environ = vars
 	return c, c.validate()
+}
+
+// lookupEnv reads one variable of the environment the configuration was
+// loaded from.
+func (c Config) lookupEnv(name string) (string, bool) {
+	v, ok := c.environ[name]
+	return v, ok
 }
 
 func (c Config) validate() error {
@@ -99,6 +115,9 @@ func (c Config) validate() error {
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_LOG_FORMAT must be json or text, got %q", c.LogFormat))
+	}
+	if c.MCPConnectTimeout <= 0 {
+		errs = append(errs, "TOOLSVC_MCP_CONNECT_TIMEOUT must be positive")
 	}
 	if c.Auth != "" && c.Auth != "none" {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_AUTH must be empty or none, got %q", c.Auth))

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +25,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/tools/fs"
 	"github.com/toolsvc/toolsvc/internal/tools/httpfetch"
 	"github.com/toolsvc/toolsvc/internal/tools/jsonq"
+	"github.com/toolsvc/toolsvc/internal/tools/mcpbridge"
 	"github.com/toolsvc/toolsvc/internal/tools/shell"
 	"github.com/toolsvc/toolsvc/internal/tools/text"
 	"github.com/toolsvc/toolsvc/internal/tools/workspace"
@@ -66,11 +69,11 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	case "serve":
 		return serve(ctx, cfg, stderr)
 	case "validate":
-		a, err := build(cfg, newLogger(cfg, stderr))
+		a, err := build(cfg, newLogger(cfg, stderr), nil)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "configuration OK: %d tools\n", a.registry.Len())
+		fmt.Fprintf(stdout, "configuration OK: %d tools%s\n", a.registry.Len(), a.mcpNote())
 		return nil
 	case "health":
 		return health(ctx, cfg.Addr, stdout)
@@ -92,18 +95,35 @@ type app struct {
 	registry *registry.Registry
 	policy   registry.Policy
 	sandbox  *sandbox.Sandbox
+	// static are the built-in and custom tools as built, never given to
+	// registry.New (which changes what it gets), so the registry can be
+	// rebuilt with new MCP tools (see app.rebuild).
+	static   []*registry.Tool
+	defaults registry.Defaults
+	// mcp are the MCP servers of this configuration; mcpServers counts
+	// them when they were not contacted (validate).
+	mcp        *mcpbridge.Set
+	mcpServers int
 }
 
 // build loads resources and built-in tools into a registry and policy.
-func build(cfg Config, log *slog.Logger) (*app, error) {
+// With mcp nil, MCPServer resources are checked but not contacted.
+func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
+	var resources []*config.Resource
 	if len(cfg.ConfigPaths) > 0 {
-		resources, err := config.Load(cfg.ConfigPaths...)
+		var err error
+		resources, err = config.Load(cfg.ConfigPaths...)
 		if err != nil {
 			return nil, err
 		}
 		for _, r := range resources {
-			// Kinds are read by the packages that implement them as they land.
-			log.Warn("resource kind not supported yet; ignored", "kind", r.Kind, "name", r.Metadata.Name, "source", r.Source())
+			switch r.Kind {
+			case config.KindTool, config.KindMCPServer:
+				// Read by buildCustom.
+			default:
+				// Kinds are read by the packages that implement them as they land.
+				log.Warn("resource kind not supported yet; ignored", "kind", r.Kind, "name", r.Metadata.Name, "source", r.Source())
+			}
 		}
 	}
 	hopts := httpfetch.Options{
@@ -130,16 +150,21 @@ func build(cfg Config, log *slog.Logger) (*app, error) {
 		return nil, err
 	}
 	tools = append(tools, shellTools...)
-	reg, err := registry.New(registry.Defaults{
+	a := &app{policy: registry.DefaultTierEffects(), sandbox: sb, defaults: registry.Defaults{
 		Timeout:           cfg.DefaultTimeout,
 		MaxTimeout:        cfg.MaxTimeout,
 		MaxOutputBytes:    cfg.MaxOutputBytes,
 		ErrorMessageLimit: cfg.ErrorMessageLimit,
-	}, tools...)
+	}}
+	if err := buildCustom(a, cfg, log, resources, tools, ws, mcp); err != nil {
+		return nil, err
+	}
+	reg, err := a.rebuild(mcp)
 	if err != nil {
 		return nil, err
 	}
-	return &app{registry: reg, policy: registry.DefaultTierEffects(), sandbox: sb}, nil
+	a.registry = reg
+	return a, nil
 }
 
 // buildShell makes the sandbox and shell__exec.
@@ -177,7 +202,14 @@ func buildShell(cfg Config, ws *workspace.Workspace, log *slog.Logger) (*sandbox
 
 func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 	log := newLogger(cfg, stderr)
-	a, err := build(cfg, log)
+	// SIGHUP reloads the configuration; listen before anything can send it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	mcpChanged := make(chan struct{}, 1)
+	mcp := newMCPManager(cfg, log, mcpChanged)
+	defer mcp.Close()
+	a, err := build(cfg, log, mcp)
 	if err != nil {
 		return err
 	}
@@ -203,14 +235,16 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 		MaxTimeout:     cfg.MaxTimeout,
 		MaxConcurrency: cfg.MaxConcurrency,
 	})
+	reloads := newReloader(cfg, log, exec, mcp, metrics, a)
 	srv := toolhttp.NewServer(toolhttp.Deps{
 		Executor:     exec,
 		Logger:       log,
 		Gatherer:     metrics,
 		OpenAPI:      api.OpenAPI(),
 		Limits:       toolhttp.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxJSONDepth: cfg.MaxJSONDepth},
-		ReadyDetails: map[string]any{"sandbox": a.sandbox.Status()},
+		ReadyDetails: map[string]any{"sandbox": a.sandbox.Status(), "mcp": mcp.Readiness()},
 	})
+	go reloads.run(ctx, hup, mcpChanged)
 
 	// Calls run under base, which outlives the signal so in-flight calls can
 	// finish while draining, and is cancelled when the drain time is up.

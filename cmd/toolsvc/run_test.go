@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "sandbox child:", err)
 		os.Exit(125)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "mcp-stdio-server" {
+		os.Exit(mcpStdioServer())
+	}
 	os.Exit(m.Run())
 }
 
