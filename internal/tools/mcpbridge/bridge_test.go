@@ -197,7 +197,6 @@ func TestStdioListChangedAndReconnect(t *testing.T) {
 	f := newFixture(t)
 	s := f.server(stdioDoc(t, "local", ""))
 	set := f.m.Ensure(context.Background(), []*Server{s})
-	<-f.changes // the first listing
 	e := f.executor(set)
 	pid := func(e *registry.Executor) float64 {
 		res := execute(t, e, context.Background(), "local__meta", `{}`)
@@ -290,7 +289,6 @@ func TestHTTPServer(t *testing.T) {
 	f := newFixture(t)
 	f.env["MCP_TOKEN"] = "Bearer mcp-secret"
 	set := f.m.Ensure(context.Background(), []*Server{f.server(httpDoc("remote", h.url()))})
-	<-f.changes
 	if st := f.m.Status()["remote"]; st.State != "connected" || st.Transport != "http" {
 		t.Fatalf("status: %+v", st)
 	}

@@ -57,6 +57,8 @@ type conn struct {
 	everUp    bool
 	retired   bool
 	calls     sync.WaitGroup
+	// renamed remembers the name mappings already logged.
+	renamed map[string]string
 }
 
 func newConn(m *Manager, s *Server) *conn {
@@ -225,8 +227,16 @@ func hashTools(tools []*mcp.Tool) string {
 }
 
 // setUp records a live session and its listing, and signals a change
-// when the tools differ from the previous listing.
+// when the tools differ from the previous listing. The listing of the
+// first attempt is no change: Ensure waits for it, so the registry being
+// built already has it.
 func (c *conn) setUp(cs *mcp.ClientSession, tools []*mcp.Tool) {
+	firstDone := false
+	select {
+	case <-c.first:
+		firstDone = true
+	default:
+	}
 	h := hashTools(tools)
 	c.mu.Lock()
 	changed := h != c.toolsHash
@@ -239,7 +249,7 @@ func (c *conn) setUp(cs *mcp.ClientSession, tools []*mcp.Tool) {
 	if !wasUp {
 		c.m.log.Info("mcp: server connected", "server", c.srv.name, "endpoint", c.srv.describe(), "tools", len(tools))
 	}
-	if changed {
+	if changed && firstDone {
 		c.m.signalChange()
 	}
 }

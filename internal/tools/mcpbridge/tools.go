@@ -30,7 +30,7 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 	out := make([]*registry.Tool, 0, len(picked))
 	for _, t := range picked {
 		export := names[t.Name]
-		if export != t.Name {
+		if export != t.Name && c.noteRename(t.Name, export) {
 			c.m.log.Info("mcp: tool renamed to fit the naming rule", "server", s.name, "tool", t.Name, "as", registry.JoinName(s.name, export))
 		}
 		tool, err := definition(s, t, export)
@@ -264,4 +264,19 @@ func contentItem(c mcp.Content) map[string]any {
 		return item
 	}
 	return map[string]any{"type": fmt.Sprintf("%T", c), "note": "content of this type is not shown"}
+}
+
+// noteRename reports whether the mapping of remote to export is new, so
+// each mapping is logged once per connection.
+func (c *conn) noteRename(remote, export string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.renamed == nil {
+		c.renamed = map[string]string{}
+	}
+	if c.renamed[remote] == export {
+		return false
+	}
+	c.renamed[remote] = export
+	return true
 }
