@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -29,7 +30,7 @@ func (s *Server) handleMCP() http.Handler {
 		JSONResponse:                 true,
 		MaxRequestBodyBytes:          s.deps.Limits.MaxRequestBytes,
 		PropagateRequestCancellation: true,
-		Logger:                       s.deps.Logger,
+		Logger:                       quiet(s.deps.Logger),
 	})
 }
 
@@ -40,7 +41,7 @@ func (s *Server) mcpServer(r *http.Request) *mcp.Server {
 	span := trace.SpanFromContext(r.Context())
 	srv := mcp.NewServer(&mcp.Implementation{Name: "toolsvc", Title: "toolsvc tools"}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
-		Logger:       s.deps.Logger,
+		Logger:       quiet(s.deps.Logger),
 	})
 	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
@@ -157,4 +158,28 @@ func pendingText(res *registry.Result) string {
 	fmt.Fprintf(&b, " Tool call id: %s.", res.ToolCallID)
 	b.WriteString(" Do not call the tool again and do not try another way to do the same thing: tell the user that this action is waiting for their approval, and wait for them.")
 	return b.String()
+}
+
+// quiet passes on only the SDK's warnings and errors: it logs every
+// (stateless, so per-request) session at info, and the access log already
+// has one line per request.
+func quiet(l *slog.Logger) *slog.Logger {
+	return slog.New(minLevel{Handler: l.Handler(), min: slog.LevelWarn})
+}
+
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{Handler: h.Handler.WithAttrs(as), min: h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
 }

@@ -193,3 +193,34 @@ func counterValue(t *testing.T, e *env, name, label string) float64 {
 	}
 	return sum
 }
+
+// BenchmarkMCPCall measures one tools/call over /mcp (a fresh stateless
+// MCP server per request) against the same call over POST /calls.
+func BenchmarkMCPCall(b *testing.B) {
+	e := newEnv(b)
+	client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: e.ts.URL + "/mcp", HTTPClient: e.ts.Client()}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cs.Close()
+	params := &mcp.CallToolParams{Name: "text__transform", Arguments: map[string]any{"operation": "upper", "text": "hello"}}
+	b.Run("mcp", func(b *testing.B) {
+		for b.Loop() {
+			res, err := cs.CallTool(context.Background(), params)
+			if err != nil || res.IsError {
+				b.Fatal(err, res)
+			}
+		}
+	})
+	b.Run("rest", func(b *testing.B) {
+		body := `{"toolName":"text__transform","arguments":{"operation":"upper","text":"hello"}}`
+		for b.Loop() {
+			resp, err := e.ts.Client().Post(e.ts.URL+"/calls", "application/json", strings.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+	})
+}

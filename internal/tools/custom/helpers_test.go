@@ -79,7 +79,7 @@ func execHelper(args []string) int {
 
 // fixture is a workspace, a sandbox and a place for YAML.
 type fixture struct {
-	t    *testing.T
+	t    testing.TB
 	dir  string // where YAML files go
 	ws   *workspace.Workspace
 	sb   *sandbox.Sandbox
@@ -87,7 +87,7 @@ type fixture struct {
 	opts Options
 }
 
-func newFixture(t *testing.T, mode sandbox.Mode) *fixture {
+func newFixture(t testing.TB, mode sandbox.Mode) *fixture {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -153,7 +153,7 @@ func call(t *testing.T, e *registry.Executor, ctx context.Context, c *registry.C
 	return res
 }
 
-func helperTool(t *testing.T, name, mode, extra string) string {
+func helperTool(t testing.TB, name, mode, extra string) string {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
