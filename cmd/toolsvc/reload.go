@@ -172,6 +172,21 @@ func (r *reloader) refresh() {
 	r.log.Info("MCP tools changed; catalog rebuilt", "tools", reg.Len())
 }
 
+// start runs the reloader in the background; the function it returns
+// stops it and waits until no reload runs any more.
+func (r *reloader) start(ctx context.Context, hup <-chan os.Signal, mcpChanged <-chan struct{}) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.run(ctx, hup, mcpChanged)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // run reloads on SIGHUP and, with TOOLSVC_WATCH, when the configuration
 // files change, and rebuilds the catalog when MCP tools change, until ctx
 // ends.

@@ -244,7 +244,7 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 		Limits:       toolhttp.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxJSONDepth: cfg.MaxJSONDepth},
 		ReadyDetails: map[string]any{"sandbox": a.sandbox.Status(), "mcp": mcp.Readiness()},
 	})
-	go reloads.run(ctx, hup, mcpChanged)
+	defer reloads.start(ctx, hup, mcpChanged)()
 
 	// Calls run under base, which outlives the signal so in-flight calls can
 	// finish while draining, and is cancelled when the drain time is up.
