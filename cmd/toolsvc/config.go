@@ -26,6 +26,13 @@ type Config struct {
 	ShutdownTimeout   time.Duration `env:"TOOLSVC_SHUTDOWN_TIMEOUT" envDefault:"30s"`
 	LogLevel          string        `env:"TOOLSVC_LOG_LEVEL" envDefault:"info"`
 	LogFormat         string        `env:"TOOLSVC_LOG_FORMAT" envDefault:"json"`
+	DataDir           string        `env:"TOOLSVC_DATA_DIR" envDefault:"./data"`
+	StoreURL          string        `env:"TOOLSVC_STORE_URL"`
+	StoreSchema       string        `env:"TOOLSVC_STORE_SCHEMA"`
+	InstanceID        string        `env:"TOOLSVC_INSTANCE_ID"`
+	Retention         time.Duration `env:"TOOLSVC_RETENTION" envDefault:"24h"`
+	ApprovalTTL       time.Duration `env:"TOOLSVC_APPROVAL_TTL" envDefault:"15m"`
+
 	// Auth "none" allows serving a non-loopback address without credentials.
 	Auth string `env:"TOOLSVC_AUTH"`
 
@@ -99,6 +106,12 @@ func (c Config) validate() error {
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_LOG_FORMAT must be json or text, got %q", c.LogFormat))
+	}
+	if c.Retention <= 0 || c.ApprovalTTL <= 0 {
+		errs = append(errs, "TOOLSVC_RETENTION and TOOLSVC_APPROVAL_TTL must be positive")
+	}
+	if c.StoreURL != "" && !strings.HasPrefix(c.StoreURL, "postgres://") && !strings.HasPrefix(c.StoreURL, "postgresql://") {
+		errs = append(errs, "TOOLSVC_STORE_URL must be a postgres:// URL (leave it empty for the embedded store under TOOLSVC_DATA_DIR)")
 	}
 	if c.Auth != "" && c.Auth != "none" {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_AUTH must be empty or none, got %q", c.Auth))

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +20,9 @@ import (
 	toolhttp "github.com/toolsvc/toolsvc/internal/http"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/sandbox"
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/store/postgres"
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 	"github.com/toolsvc/toolsvc/internal/tools/data"
 	"github.com/toolsvc/toolsvc/internal/tools/fs"
 	"github.com/toolsvc/toolsvc/internal/tools/httpfetch"
@@ -193,6 +197,20 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 		log.Warn("serving without authentication on a non-loopback address (TOOLSVC_AUTH=none)", "addr", ln.Addr().String())
 	}
 
+	st, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if n, err := st.InterruptRunning(ctx); err != nil {
+		return fmt.Errorf("store: %w", err)
+	} else if n > 0 {
+		log.Warn("calls left running by an earlier process are now E_INTERRUPTED", "calls", n)
+	}
+	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+	go store.RunRetention(background, st, store.RetentionOptions{Every: time.Minute, TTL: cfg.Retention, Logger: log})
+
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	exec := registry.NewExecutor(registry.Options{
@@ -202,6 +220,8 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 		Metrics:        registry.NewMetrics(metrics),
 		MaxTimeout:     cfg.MaxTimeout,
 		MaxConcurrency: cfg.MaxConcurrency,
+		Store:          st,
+		ApprovalTTL:    cfg.ApprovalTTL,
 	})
 	srv := toolhttp.NewServer(toolhttp.Deps{
 		Executor:     exec,
@@ -210,6 +230,7 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 		OpenAPI:      api.OpenAPI(),
 		Limits:       toolhttp.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxJSONDepth: cfg.MaxJSONDepth},
 		ReadyDetails: map[string]any{"sandbox": a.sandbox.Status()},
+		Ready:        map[string]toolhttp.Check{"store": st.Ping},
 	})
 
 	// Calls run under base, which outlives the signal so in-flight calls can
@@ -253,6 +274,26 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// openStore opens PostgreSQL when TOOLSVC_STORE_URL is set, else the
+// embedded store under TOOLSVC_DATA_DIR.
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (registry.Store, error) {
+	if cfg.StoreURL != "" {
+		s, err := postgres.Open(ctx, postgres.Options{URL: cfg.StoreURL, Schema: cfg.StoreSchema, InstanceID: cfg.InstanceID, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		log.Info("store: PostgreSQL", "schema", cfg.StoreSchema)
+		return s, nil
+	}
+	path := filepath.Join(cfg.DataDir, "toolsvc.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("store: embedded", "path", path)
+	return s, nil
 }
 
 // checkExposure refuses to serve a non-loopback address without
