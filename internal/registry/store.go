@@ -170,6 +170,16 @@ type AuditFilter struct {
 // method is safe for concurrent use, and every state change that races
 // (BeginCall, FinishCall, DecideApproval, expiry, interruption) happens
 // exactly once across processes.
+//
+// The executor records a call after validation and policy, when the call
+// is not read_only (or the operator opted read_only calls in): allow →
+// BeginCall(running); created → run, FinishCall; not created → on a
+// Matches mismatch 409, when done return the stored Result, when pending
+// return its pending Result, when running WaitCall. ask → BeginCall(pending,
+// with the pending Result and a new ApprovalID) and, when created,
+// CreateApproval. POST /approvals/{id} → DecideApproval; the winner of an
+// approve runs the approval's Arguments and FinishCalls; everyone else
+// answers from WaitCall or GetCall.
 type Store interface {
 	// BeginCall inserts rec, keyed by (rec.CallerID, rec.ToolCallID), unless
 	// a record with that key exists; it returns the stored record and

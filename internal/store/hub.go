@@ -2,6 +2,7 @@ package store
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"sync"
 )
@@ -10,8 +11,9 @@ import (
 // id and the toolCallId, so it is short and safe in any channel payload.
 func Key(callerID, toolCallID string) string {
 	h := sha256.New()
+	// Length-prefixed, so no two (caller, id) pairs share an encoding.
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(callerID))))
 	h.Write([]byte(callerID))
-	h.Write([]byte{0})
 	h.Write([]byte(toolCallID))
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -21,7 +21,7 @@ type WaitOptions struct {
 	Now func() time.Time
 	// MaxPoll is the longest pause between two reads when no notification
 	// comes; 0 means one second. Pauses start at 20ms and double, and a
-	// running call is read again when its lease would lapse.
+	// call is read again when its lease would lapse or its approval expire.
 	MaxPoll time.Duration
 }
 
@@ -66,10 +66,10 @@ func Wait(ctx context.Context, key string, o WaitOptions) (*registry.CallRecord,
 			}
 		}
 		pause := delay
-		if rec.State == registry.CallRunning && o.Interrupt != nil && !rec.ExpiresAt.IsZero() {
-			// Look again when the lease would lapse, however long the
-			// backoff has grown.
-			pause = max(min(pause, rec.ExpiresAt.Sub(now())+10*time.Millisecond), 10*time.Millisecond)
+		if until := rec.ExpiresAt.Sub(now()); !rec.ExpiresAt.IsZero() && until > 0 {
+			// Look again when the lease would lapse or the approval
+			// expire, however long the backoff has grown.
+			pause = min(pause, until+10*time.Millisecond)
 		}
 		timer := time.NewTimer(pause)
 		select {

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,7 +90,22 @@ type Store struct {
 
 var _ registry.Store = (*Store)(nil)
 
-var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+// plainIdentifier reports whether s is a PostgreSQL identifier that needs
+// no quoting: a letter or _, then letters, digits or _, at most 63 bytes.
+func plainIdentifier(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Open connects, applies pending migrations under an advisory lock (so
 // replicas starting together do not race), and starts the notification
@@ -106,7 +120,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		return nil, fmt.Errorf("postgres store: %w", err)
 	}
 	if o.Schema != "" {
-		if !schemaName.MatchString(o.Schema) {
+		if !plainIdentifier(o.Schema) {
 			return nil, fmt.Errorf("postgres store: schema %q must be a plain identifier (letters, digits, _; at most 63)", o.Schema)
 		}
 		cfg.ConnConfig.RuntimeParams["search_path"] = o.Schema

@@ -165,3 +165,9 @@ func TestNotifyWakesOtherReplica(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func BenchmarkStore(b *testing.B) {
+	url := testURL(b)
+	s := open(b, postgres.Options{URL: url, Schema: newSchema(b, url)})
+	storetest.Benchmark(b, s)
+}

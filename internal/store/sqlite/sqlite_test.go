@@ -65,3 +65,19 @@ func TestFilesAreCreatedPrivate(t *testing.T) {
 		t.Errorf("no WAL file next to the database (journal_mode=WAL not in force?): %v", err)
 	}
 }
+
+func BenchmarkStore(b *testing.B) {
+	for _, o := range []struct {
+		name string
+		opts sqlite.Options
+	}{{"SyncFull", sqlite.Options{}}, {"SyncNormal", sqlite.Options{SyncNormal: true}}} {
+		b.Run(o.name, func(b *testing.B) {
+			s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), o.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			storetest.Benchmark(b, s)
+		})
+	}
+}

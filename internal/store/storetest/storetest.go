@@ -620,7 +620,20 @@ func testApprovalApprove(t *testing.T, s registry.Store) {
 	if a, _ := s.GetApproval(ctx, "appr-1"); a.Status != registry.ApprovalApproved || a.DecidedBy != "oncall" {
 		t.Errorf("after a losing decision the approval is %+v, want the first decision", a)
 	}
+	waiter := make(chan *registry.CallRecord, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r, err := s.WaitCall(wctx, rec.CallerID, rec.ToolCallID)
+		if err != nil {
+			t.Errorf("WaitCall: %v", err)
+		}
+		waiter <- r
+	}()
 	mustFinish(t, s, rec, okResult(rec, `{"exitCode":0}`), true)
+	if r := <-waiter; r == nil || r.State != registry.CallDone || string(r.Result.Output) != `{"exitCode":0}` {
+		t.Errorf("waiter on the approved call got %+v, want its result", r)
+	}
 	if _, _, err := s.DecideApproval(ctx, "missing", registry.VerdictApprove, "x", "", time.Now()); !errors.Is(err, registry.ErrNotFound) {
 		t.Errorf("deciding an unknown approval: %v, want ErrNotFound", err)
 	}
@@ -708,6 +721,19 @@ func testApprovalExpiry(t *testing.T, s registry.Store) {
 	if n, err := s.ExpireApprovals(ctx, time.Now()); err != nil || n != 0 {
 		t.Errorf("ExpireApprovals after the decision expired it = %d, %v; want 0", n, err)
 	}
+
+	// A waiter on a pending call learns of its expiry without anyone
+	// writing it down.
+	soon := pending("alice", "ask-soon", "appr-soon", time.Now().Add(300*time.Millisecond))
+	mustBegin(t, s, soon, true)
+	mustCreateApproval(t, s, approvalFor(soon))
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	r, err := s.WaitCall(wctx, soon.CallerID, soon.ToolCallID)
+	if err != nil {
+		t.Fatalf("WaitCall on a pending call that expires: %v", err)
+	}
+	wantDone(t, r, registry.CodeApprovalExpired)
 }
 
 func testExpireApprovals(t *testing.T, s registry.Store) {
