@@ -33,6 +33,9 @@ type Config struct {
 	Retention         time.Duration `env:"TOOLSVC_RETENTION" envDefault:"24h"`
 	ApprovalTTL       time.Duration `env:"TOOLSVC_APPROVAL_TTL" envDefault:"15m"`
 
+	APIKey          string `env:"TOOLSVC_API_KEY"`
+	PolicyCostLimit uint64 `env:"TOOLSVC_POLICY_COST_LIMIT" envDefault:"1000000"`
+
 	// Auth "none" allows serving a non-loopback address without credentials.
 	Auth string `env:"TOOLSVC_AUTH"`
 

@@ -322,4 +322,3 @@ func TestReplicasShareState(t *testing.T) {
 		t.Errorf("GET on the other replica: %d %+v", status, r)
 	}
 }
-

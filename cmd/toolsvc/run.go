@@ -18,6 +18,7 @@ import (
 	"github.com/toolsvc/toolsvc/api"
 	"github.com/toolsvc/toolsvc/internal/config"
 	toolhttp "github.com/toolsvc/toolsvc/internal/http"
+	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/sandbox"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -95,19 +96,49 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 type app struct {
 	registry *registry.Registry
 	policy   registry.Policy
-	sandbox  *sandbox.Sandbox
+	// auth is nil when no credentials are configured.
+	auth    *policy.Authenticator
+	sandbox *sandbox.Sandbox
 }
 
-// build loads resources and built-in tools into a registry and policy.
+// build loads resources and built-in tools into a registry, policy and
+// callers.
 func build(cfg Config, log *slog.Logger) (*app, error) {
+	var resources []*config.Resource
 	if len(cfg.ConfigPaths) > 0 {
-		resources, err := config.Load(cfg.ConfigPaths...)
-		if err != nil {
+		var err error
+		if resources, err = config.Load(cfg.ConfigPaths...); err != nil {
 			return nil, err
 		}
-		for _, r := range resources {
-			// Kinds are read by the packages that implement them as they land.
+	}
+	var policies []policy.Document
+	var callers []policy.CallerDocument
+	for _, r := range resources {
+		switch r.Kind {
+		case config.KindPolicy:
+			var spec policy.Spec
+			if err := r.Decode(&spec); err != nil {
+				return nil, err
+			}
+			policies = append(policies, policy.Document{Name: r.Metadata.Name, Source: r.Source(), Spec: spec})
+		case config.KindCaller:
+			var spec policy.CallerSpec
+			if err := r.Decode(&spec); err != nil {
+				return nil, err
+			}
+			callers = append(callers, policy.CallerDocument{Name: r.Metadata.Name, Source: r.Source(), Spec: spec})
+		default:
 			log.Warn("resource kind not supported yet; ignored", "kind", r.Kind, "name", r.Metadata.Name, "source", r.Source())
+		}
+	}
+	pol, err := policy.New(policies, policy.Options{CostLimit: cfg.PolicyCostLimit})
+	if err != nil {
+		return nil, err
+	}
+	a := &app{policy: pol}
+	if cfg.APIKey != "" || len(callers) > 0 {
+		if a.auth, err = policy.NewAuthenticator(policy.AuthOptions{APIKey: cfg.APIKey, Callers: callers}); err != nil {
+			return nil, err
 		}
 	}
 	hopts := httpfetch.Options{
@@ -143,7 +174,8 @@ func build(cfg Config, log *slog.Logger) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &app{registry: reg, policy: registry.DefaultTierEffects(), sandbox: sb}, nil
+	a.registry, a.sandbox = reg, sb
+	return a, nil
 }
 
 // buildShell makes the sandbox and shell__exec.
@@ -189,11 +221,11 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := checkExposure(ln.Addr(), cfg); err != nil {
+	if err := checkExposure(ln.Addr(), cfg, a.auth != nil); err != nil {
 		ln.Close()
 		return err
 	}
-	if cfg.Auth == "none" && !isLoopback(ln.Addr()) {
+	if a.auth == nil && cfg.Auth == "none" && !isLoopback(ln.Addr()) {
 		log.Warn("serving without authentication on a non-loopback address (TOOLSVC_AUTH=none)", "addr", ln.Addr().String())
 	}
 
@@ -223,7 +255,13 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 		Store:          st,
 		ApprovalTTL:    cfg.ApprovalTTL,
 	})
+	var auth toolhttp.Authenticator
+	if a.auth != nil {
+		auth = a.auth
+		log.Info("authentication on", "credentials", a.auth.Len())
+	}
 	srv := toolhttp.NewServer(toolhttp.Deps{
+		Auth:         auth,
 		Executor:     exec,
 		Logger:       log,
 		Gatherer:     metrics,
@@ -298,8 +336,8 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (registry.Stor
 
 // checkExposure refuses to serve a non-loopback address without
 // credentials, unless the operator says TOOLSVC_AUTH=none.
-func checkExposure(addr net.Addr, cfg Config) error {
-	if isLoopback(addr) || cfg.Auth == "none" {
+func checkExposure(addr net.Addr, cfg Config, credentials bool) error {
+	if credentials || isLoopback(addr) || cfg.Auth == "none" {
 		return nil
 	}
 	return fmt.Errorf("refusing to serve %s without credentials: set TOOLSVC_API_KEY (or Caller resources), bind a loopback address, or set TOOLSVC_AUTH=none", addr)
