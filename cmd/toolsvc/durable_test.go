@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -45,31 +44,7 @@ func (r result) code() string {
 
 func (in *instance) do(method, path, body string) (int, result) {
 	in.t.Helper()
-	req, err := http.NewRequest(method, in.base+path, strings.NewReader(body))
-	if err != nil {
-		in.t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		in.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var r result
-	if resp.Header.Get("Content-Type") == "application/problem+json" {
-		var p struct{ Code string }
-		if err := json.Unmarshal(b, &p); err != nil || p.Code == "" {
-			in.t.Fatalf("%s %s: %d, not a problem: %s", method, path, resp.StatusCode, b)
-		}
-		return resp.StatusCode, result{Code: p.Code}
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		in.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
-	}
-	return resp.StatusCode, r
+	return in.as("", method, path, body)
 }
 
 func readFile(t *testing.T, path string) string {
