@@ -26,6 +26,16 @@ type Config struct {
 	ShutdownTimeout   time.Duration `env:"TOOLSVC_SHUTDOWN_TIMEOUT" envDefault:"30s"`
 	LogLevel          string        `env:"TOOLSVC_LOG_LEVEL" envDefault:"info"`
 	LogFormat         string        `env:"TOOLSVC_LOG_FORMAT" envDefault:"json"`
+	DataDir           string        `env:"TOOLSVC_DATA_DIR" envDefault:"./data"`
+	StoreURL          string        `env:"TOOLSVC_STORE_URL"`
+	StoreSchema       string        `env:"TOOLSVC_STORE_SCHEMA"`
+	InstanceID        string        `env:"TOOLSVC_INSTANCE_ID"`
+	Retention         time.Duration `env:"TOOLSVC_RETENTION" envDefault:"24h"`
+	ApprovalTTL       time.Duration `env:"TOOLSVC_APPROVAL_TTL" envDefault:"15m"`
+
+	APIKey          string `env:"TOOLSVC_API_KEY"`
+	PolicyCostLimit uint64 `env:"TOOLSVC_POLICY_COST_LIMIT" envDefault:"1000000"`
+
 	// Auth "none" allows serving a non-loopback address without credentials.
 	Auth string `env:"TOOLSVC_AUTH"`
 	// Watch reloads the configuration when its files change (SIGHUP
@@ -118,6 +128,12 @@ func (c Config) validate() error {
 	}
 	if c.MCPConnectTimeout <= 0 {
 		errs = append(errs, "TOOLSVC_MCP_CONNECT_TIMEOUT must be positive")
+	}
+	if c.Retention <= 0 || c.ApprovalTTL <= 0 {
+		errs = append(errs, "TOOLSVC_RETENTION and TOOLSVC_APPROVAL_TTL must be positive")
+	}
+	if c.StoreURL != "" && !strings.HasPrefix(c.StoreURL, "postgres://") && !strings.HasPrefix(c.StoreURL, "postgresql://") {
+		errs = append(errs, "TOOLSVC_STORE_URL must be a postgres:// URL (leave it empty for the embedded store under TOOLSVC_DATA_DIR)")
 	}
 	if c.Auth != "" && c.Auth != "none" {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_AUTH must be empty or none, got %q", c.Auth))

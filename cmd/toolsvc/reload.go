@@ -9,12 +9,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolsvc/toolsvc/internal/config"
+	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/tools/custom"
 	"github.com/toolsvc/toolsvc/internal/tools/mcpbridge"
@@ -109,14 +111,15 @@ func newMCPManager(cfg Config, log *slog.Logger, changed chan<- struct{}) *mcpbr
 }
 
 // reloader swaps in new configurations while the service runs. A reload
-// re-reads every resource and rebuilds the registry and policy, then
-// swaps them in at once (registry.Executor.Load): calls in flight finish
-// with the definitions they started with. A configuration that does not
+// re-reads every resource and rebuilds the registry, policy and callers,
+// then swaps them in (registry.Executor.Load swaps registry and policy at
+// once): calls in flight finish with the definitions they started with. A configuration that does not
 // build is logged and counted, and the running one stays.
 type reloader struct {
 	cfg     Config
 	log     *slog.Logger
 	exec    *registry.Executor
+	callers *liveAuth // nil when the service runs without credentials
 	mcp     *mcpbridge.Manager
 	reloads *prometheus.CounterVec
 
@@ -124,8 +127,8 @@ type reloader struct {
 	cur *app
 }
 
-func newReloader(cfg Config, log *slog.Logger, exec *registry.Executor, mcp *mcpbridge.Manager, reg prometheus.Registerer, cur *app) *reloader {
-	r := &reloader{cfg: cfg, log: log, exec: exec, mcp: mcp, cur: cur,
+func newReloader(cfg Config, log *slog.Logger, exec *registry.Executor, callers *liveAuth, mcp *mcpbridge.Manager, reg prometheus.Registerer, cur *app) *reloader {
+	r := &reloader{cfg: cfg, log: log, exec: exec, callers: callers, mcp: mcp, cur: cur,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "toolsvc_config_reloads_total",
 			Help: "Configuration reloads (SIGHUP or file changes), by result: ok, or error (the running configuration was kept).",
@@ -142,6 +145,10 @@ func (r *reloader) Reload() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a, err := build(r.cfg, r.log, r.mcp)
+	if err == nil && (a.auth == nil) != (r.callers == nil) {
+		// The server decided at start whether requests are authenticated.
+		err = fmt.Errorf("the reloaded configuration turns authentication %s; that needs a restart", map[bool]string{true: "on", false: "off"}[a.auth != nil])
+	}
 	if err != nil {
 		// Close what the failed build connected; keep what runs.
 		r.mcp.Retain(r.cur.mcp)
@@ -150,6 +157,9 @@ func (r *reloader) Reload() error {
 		return err
 	}
 	r.exec.Load(a.registry, a.policy)
+	if r.callers != nil {
+		r.callers.p.Store(a.auth)
+	}
 	r.mcp.Retain(a.mcp)
 	r.cur = a
 	r.reloads.WithLabelValues("ok").Inc()
@@ -170,6 +180,23 @@ func (r *reloader) refresh() {
 	r.cur.registry = reg
 	r.exec.Load(reg, r.cur.policy)
 	r.log.Info("MCP tools changed; catalog rebuilt", "tools", reg.Len())
+}
+
+// liveAuth is the authenticator of a serving process; a reload swaps in
+// the callers it read.
+type liveAuth struct {
+	p atomic.Pointer[policy.Authenticator]
+}
+
+func newLiveAuth(a *policy.Authenticator) *liveAuth {
+	l := &liveAuth{}
+	l.p.Store(a)
+	return l
+}
+
+// Authenticate implements the HTTP adapter's Authenticator.
+func (l *liveAuth) Authenticate(token string) (*registry.Caller, bool) {
+	return l.p.Load().Authenticate(token)
 }
 
 // start runs the reloader in the background; the function it returns

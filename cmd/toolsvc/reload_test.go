@@ -139,7 +139,7 @@ func TestReload(t *testing.T) {
 	}
 	exec := registry.NewExecutor(registry.Options{Registry: a.registry, Policy: a.policy})
 	metrics := prometheus.NewRegistry()
-	rl := newReloader(cfg, log, exec, mgr, metrics, a)
+	rl := newReloader(cfg, log, exec, nil, mgr, metrics, a)
 
 	if res := execCall(t, exec, "demo__hello"); string(res.Output) != `"hello v1"` {
 		t.Fatalf("before reload: %s %+v", res.Output, res.Error)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -19,8 +20,12 @@ import (
 	"github.com/toolsvc/toolsvc/api"
 	"github.com/toolsvc/toolsvc/internal/config"
 	toolhttp "github.com/toolsvc/toolsvc/internal/http"
+	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/sandbox"
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/store/postgres"
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 	"github.com/toolsvc/toolsvc/internal/tools/data"
 	"github.com/toolsvc/toolsvc/internal/tools/fs"
 	"github.com/toolsvc/toolsvc/internal/tools/httpfetch"
@@ -94,7 +99,9 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 type app struct {
 	registry *registry.Registry
 	policy   registry.Policy
-	sandbox  *sandbox.Sandbox
+	// auth is nil when no credentials are configured.
+	auth    *policy.Authenticator
+	sandbox *sandbox.Sandbox
 	// static are the built-in and custom tools as built, never given to
 	// registry.New (which changes what it gets), so the registry can be
 	// rebuilt with new MCP tools (see app.rebuild).
@@ -106,24 +113,47 @@ type app struct {
 	mcpServers int
 }
 
-// build loads resources and built-in tools into a registry and policy.
-// With mcp nil, MCPServer resources are checked but not contacted.
+// build loads resources and built-in tools into a registry, policy and
+// callers. With mcp nil, MCPServer resources are checked but not
+// contacted.
 func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 	var resources []*config.Resource
 	if len(cfg.ConfigPaths) > 0 {
 		var err error
-		resources, err = config.Load(cfg.ConfigPaths...)
-		if err != nil {
+		if resources, err = config.Load(cfg.ConfigPaths...); err != nil {
 			return nil, err
 		}
-		for _, r := range resources {
-			switch r.Kind {
-			case config.KindTool, config.KindMCPServer:
-				// Read by buildCustom.
-			default:
-				// Kinds are read by the packages that implement them as they land.
-				log.Warn("resource kind not supported yet; ignored", "kind", r.Kind, "name", r.Metadata.Name, "source", r.Source())
+	}
+	var policies []policy.Document
+	var callers []policy.CallerDocument
+	for _, r := range resources {
+		switch r.Kind {
+		case config.KindPolicy:
+			var spec policy.Spec
+			if err := r.Decode(&spec); err != nil {
+				return nil, err
 			}
+			policies = append(policies, policy.Document{Name: r.Metadata.Name, Source: r.Source(), Spec: spec})
+		case config.KindCaller:
+			var spec policy.CallerSpec
+			if err := r.Decode(&spec); err != nil {
+				return nil, err
+			}
+			callers = append(callers, policy.CallerDocument{Name: r.Metadata.Name, Source: r.Source(), Spec: spec})
+		case config.KindTool, config.KindMCPServer:
+			// Read by buildCustom.
+		default:
+			log.Warn("resource kind not supported yet; ignored", "kind", r.Kind, "name", r.Metadata.Name, "source", r.Source())
+		}
+	}
+	pol, err := policy.New(policies, policy.Options{CostLimit: cfg.PolicyCostLimit})
+	if err != nil {
+		return nil, err
+	}
+	a := &app{policy: pol}
+	if cfg.APIKey != "" || len(callers) > 0 {
+		if a.auth, err = policy.NewAuthenticator(policy.AuthOptions{APIKey: cfg.APIKey, Callers: callers}); err != nil {
+			return nil, err
 		}
 	}
 	hopts := httpfetch.Options{
@@ -150,20 +180,19 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 		return nil, err
 	}
 	tools = append(tools, shellTools...)
-	a := &app{policy: registry.DefaultTierEffects(), sandbox: sb, defaults: registry.Defaults{
+	a.sandbox = sb
+	a.defaults = registry.Defaults{
 		Timeout:           cfg.DefaultTimeout,
 		MaxTimeout:        cfg.MaxTimeout,
 		MaxOutputBytes:    cfg.MaxOutputBytes,
 		ErrorMessageLimit: cfg.ErrorMessageLimit,
-	}}
+	}
 	if err := buildCustom(a, cfg, log, resources, tools, ws, mcp); err != nil {
 		return nil, err
 	}
-	reg, err := a.rebuild(mcp)
-	if err != nil {
+	if a.registry, err = a.rebuild(mcp); err != nil {
 		return nil, err
 	}
-	a.registry = reg
 	return a, nil
 }
 
@@ -217,13 +246,27 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := checkExposure(ln.Addr(), cfg); err != nil {
+	if err := checkExposure(ln.Addr(), cfg, a.auth != nil); err != nil {
 		ln.Close()
 		return err
 	}
-	if cfg.Auth == "none" && !isLoopback(ln.Addr()) {
+	if a.auth == nil && cfg.Auth == "none" && !isLoopback(ln.Addr()) {
 		log.Warn("serving without authentication on a non-loopback address (TOOLSVC_AUTH=none)", "addr", ln.Addr().String())
 	}
+
+	st, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if n, err := st.InterruptRunning(ctx); err != nil {
+		return fmt.Errorf("store: %w", err)
+	} else if n > 0 {
+		log.Warn("calls left running by an earlier process are now E_INTERRUPTED", "calls", n)
+	}
+	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+	go store.RunRetention(background, st, store.RetentionOptions{Every: time.Minute, TTL: cfg.Retention, Logger: log})
 
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -234,15 +277,26 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 		Metrics:        registry.NewMetrics(metrics),
 		MaxTimeout:     cfg.MaxTimeout,
 		MaxConcurrency: cfg.MaxConcurrency,
+		Store:          st,
+		ApprovalTTL:    cfg.ApprovalTTL,
 	})
-	reloads := newReloader(cfg, log, exec, mcp, metrics, a)
+	var auth toolhttp.Authenticator
+	var callers *liveAuth // replaced by reloads
+	if a.auth != nil {
+		callers = newLiveAuth(a.auth)
+		auth = callers
+		log.Info("authentication on", "credentials", a.auth.Len())
+	}
+	reloads := newReloader(cfg, log, exec, callers, mcp, metrics, a)
 	srv := toolhttp.NewServer(toolhttp.Deps{
+		Auth:         auth,
 		Executor:     exec,
 		Logger:       log,
 		Gatherer:     metrics,
 		OpenAPI:      api.OpenAPI(),
 		Limits:       toolhttp.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxJSONDepth: cfg.MaxJSONDepth},
 		ReadyDetails: map[string]any{"sandbox": a.sandbox.Status(), "mcp": mcp.Readiness()},
+		Ready:        map[string]toolhttp.Check{"store": st.Ping},
 	})
 	defer reloads.start(ctx, hup, mcpChanged)()
 
@@ -289,10 +343,30 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 	return nil
 }
 
+// openStore opens PostgreSQL when TOOLSVC_STORE_URL is set, else the
+// embedded store under TOOLSVC_DATA_DIR.
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (registry.Store, error) {
+	if cfg.StoreURL != "" {
+		s, err := postgres.Open(ctx, postgres.Options{URL: cfg.StoreURL, Schema: cfg.StoreSchema, InstanceID: cfg.InstanceID, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		log.Info("store: PostgreSQL", "schema", cfg.StoreSchema)
+		return s, nil
+	}
+	path := filepath.Join(cfg.DataDir, "toolsvc.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("store: embedded", "path", path)
+	return s, nil
+}
+
 // checkExposure refuses to serve a non-loopback address without
 // credentials, unless the operator says TOOLSVC_AUTH=none.
-func checkExposure(addr net.Addr, cfg Config) error {
-	if isLoopback(addr) || cfg.Auth == "none" {
+func checkExposure(addr net.Addr, cfg Config, credentials bool) error {
+	if credentials || isLoopback(addr) || cfg.Auth == "none" {
 		return nil
 	}
 	return fmt.Errorf("refusing to serve %s without credentials: set TOOLSVC_API_KEY (or Caller resources), bind a loopback address, or set TOOLSVC_AUTH=none", addr)

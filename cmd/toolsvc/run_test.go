@@ -71,7 +71,7 @@ type instance struct {
 func start(t *testing.T, extra ...string) *instance {
 	t.Helper()
 	addr := freeAddr(t)
-	environ := append([]string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_WORKSPACE=" + t.TempDir()}, extra...)
+	environ := append([]string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir()}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{t: t, base: "http://" + addr, cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}}
 	go func() { in.done <- run(ctx, []string{"toolsvc"}, environ, io.Discard, in.logs) }()
@@ -225,6 +225,8 @@ func TestSubcommands(t *testing.T) {
 		{"TOOLSVC_HTTP_ALLOW_CIDRS=10.0.0.0/33"},
 		{"TOOLSVC_HTTP_ALLOW_HOSTS=bad host"},
 		{"TOOLSVC_SHELL_SANDBOX=sometimes"},
+		{"TOOLSVC_STORE_URL=mysql://x"},
+		{"TOOLSVC_APPROVAL_TTL=0s"},
 		{"TOOLSVC_SHELL_ALLOW=/bin/sh"},
 	} {
 		if err := run(context.Background(), []string{"toolsvc", "validate"}, append(bad, ws), io.Discard, io.Discard); err == nil {
@@ -240,7 +242,7 @@ func TestSubcommands(t *testing.T) {
 }
 
 func TestRefusesExposureWithoutCredentials(t *testing.T) {
-	err := run(context.Background(), []string{"toolsvc"}, []string{"TOOLSVC_ADDR=0.0.0.0:0", "TOOLSVC_WORKSPACE=" + t.TempDir()}, io.Discard, io.Discard)
+	err := run(context.Background(), []string{"toolsvc"}, []string{"TOOLSVC_ADDR=0.0.0.0:0", "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir()}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "refusing to serve") {
 		t.Fatalf("non-loopback without credentials: %v", err)
 	}
@@ -248,7 +250,7 @@ func TestRefusesExposureWithoutCredentials(t *testing.T) {
 	logs := &syncBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"toolsvc"}, []string{"TOOLSVC_ADDR=0.0.0.0:0", "TOOLSVC_AUTH=none", "TOOLSVC_WORKSPACE=" + t.TempDir()}, io.Discard, logs)
+		done <- run(ctx, []string{"toolsvc"}, []string{"TOOLSVC_ADDR=0.0.0.0:0", "TOOLSVC_AUTH=none", "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir()}, io.Discard, logs)
 	}()
 	for i := 0; !strings.Contains(logs.String(), "toolsvc listening"); i++ {
 		if i > 500 {
