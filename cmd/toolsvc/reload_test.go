@@ -381,3 +381,36 @@ func TestValidateCustomResources(t *testing.T) {
 		t.Errorf("name clash: %v", err)
 	}
 }
+
+func callerDoc(name, sha string) string {
+	return "apiVersion: toolsvc/v1\nkind: Caller\nmetadata: {name: " + name + "}\nspec:\n  tokenSha256: " + sha + "\n  scopes: [call]\n"
+}
+
+// TestReloadCallers: a reload replaces the callers, and refuses to turn
+// authentication off.
+func TestReloadCallers(t *testing.T) {
+	const agent = "eb47b9ce4840a5b3ea138b8691253b78035b9289d9014409067e9844c272ef99"  // "agent-token"
+	const oncall = "d46538dc7de07d04913624720ec6ad07c7f42b1f0f8a00bff24261fd770620f4" // "oncall-token"
+	c := newConfigDir(t)
+	c.write("callers.yaml", callerDoc("agent", agent), 0o644)
+	in := start(t, "TOOLSVC_CONFIG="+c.dir, "TOOLSVC_WATCH=true")
+	in.waitFor("the watcher", func() bool { return strings.Contains(in.logs.String(), "watching the configuration") })
+	if status, _ := in.as("agent-token", "GET", "/tools", ""); status != 200 {
+		t.Fatalf("agent before the reload: %d", status)
+	}
+	c.write("callers.yaml", callerDoc("oncall", oncall), 0o644)
+	in.waitFor("the new callers", func() bool { status, _ := in.as("oncall-token", "GET", "/tools", ""); return status == 200 })
+	if status, _ := in.as("agent-token", "GET", "/tools", ""); status != 401 {
+		t.Errorf("removed caller after the reload: %d", status)
+	}
+	c.write("callers.yaml", "# nobody\n", 0o644)
+	in.waitFor("the refused reload", func() bool {
+		return strings.Contains(in.get("/metrics"), `toolsvc_config_reloads_total{result="error"} 1`)
+	})
+	if !strings.Contains(in.logs.String(), "turns authentication off") {
+		t.Errorf("refusal not logged:\n%s", in.logs)
+	}
+	if status, _ := in.as("", "GET", "/tools", ""); status != 401 {
+		t.Errorf("anonymous request after a refused reload: %d", status)
+	}
+}

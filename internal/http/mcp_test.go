@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 )
 
 // bearerTransport adds a token to every request of an MCP client.
@@ -145,6 +147,43 @@ func TestMCPAuthentication(t *testing.T) {
 	res, err = reader.CallTool(ctx, &mcp.CallToolParams{Name: "text__transform", Arguments: map[string]any{"operation": "upper", "text": "a"}})
 	if err != nil || !res.IsError || !strings.Contains(resultText(res), `lacks the "call" scope`) {
 		t.Errorf("caller without the call scope: %v %s", err, resultText(res))
+	}
+}
+
+// TestMCPPendingApproval: a privileged call over /mcp waits for a human;
+// the error result carries the approval id, and once approved the result
+// is at GET /calls/{toolCallId}.
+func TestMCPPendingApproval(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
+	cs, err := mcpSession(t, e, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "test__priv", Arguments: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pending registry.Result
+	if err := json.Unmarshal(mustJSON(t, res.StructuredContent), &pending); err != nil || pending.Approval == nil {
+		t.Fatalf("pending result: %v %s", err, resultText(res))
+	}
+	text := resultText(res)
+	if !res.IsError || pending.Status != registry.StatusPendingApproval || !strings.Contains(text, pending.Approval.ID) || !strings.Contains(text, "wait") {
+		t.Fatalf("pending approval over MCP: %s", text)
+	}
+	r := e.do("POST", "/approvals/"+pending.Approval.ID, []byte(`{"decision":"approve","reason":"ok"}`), jsonCT, true)
+	if r.status != 200 {
+		t.Fatalf("approve: %d %s", r.status, r.body)
+	}
+	r = e.do("GET", "/calls/"+pending.ToolCallID, nil, nil, true)
+	if r.status != 200 || !strings.Contains(string(r.body), `"output":"ran"`) {
+		t.Errorf("result after approval: %d %s", r.status, r.body)
 	}
 }
 

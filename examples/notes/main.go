@@ -2,7 +2,7 @@
 // examples/tools/notes.yaml: it keeps short notes per conversation
 // (context.instanceKey) in memory.
 //
-//	go run ./examples/tools/notes -addr 127.0.0.1:8181
+//	go run ./examples/notes -addr 127.0.0.1:8181
 package main
 
 import (

@@ -81,7 +81,7 @@ func TestWordsExample(t *testing.T) {
 	}
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
-			e, _ := executor(t, filepath.Join("..", "words.yaml"), mode)
+			e, _ := executor(t, filepath.Join("..", "tools", "words.yaml"), mode)
 			res := execute(t, e, "words__stats", `{"text": "the cat and the hat\nthe end\n", "top": 2}`, "")
 			if res.Status != registry.StatusOK {
 				t.Fatalf("%+v", res.Error)
@@ -116,7 +116,7 @@ func TestNotesExample(t *testing.T) {
 	defer ts.Close()
 	// The example's YAML and token file, pointed at this backend.
 	dir := t.TempDir()
-	doc, err := os.ReadFile(filepath.Join("..", "notes.yaml"))
+	doc, err := os.ReadFile(filepath.Join("..", "tools", "notes.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestNotesExample(t *testing.T) {
 		t.Fatal("notes.yaml no longer names the backend's default address")
 	}
 	doc = []byte(strings.Replace(string(doc), "http://127.0.0.1:8181", ts.URL, 1))
-	token, err := os.ReadFile(filepath.Join("..", "notes.token"))
+	token, err := os.ReadFile(filepath.Join("..", "tools", "notes.token"))
 	if err != nil {
 		t.Fatal(err)
 	}

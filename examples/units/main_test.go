@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 // binary instead of units-mcp) and calls the server's tools through the
 // bridge and the executor.
 func TestUnitsExample(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "units.yaml"))
+	doc, err := os.ReadFile(filepath.Join("..", "mcp", "units.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

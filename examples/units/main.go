@@ -2,7 +2,7 @@
 // lengths and temperatures. It speaks MCP over stdio by default, or over
 // streamable HTTP with -http.
 //
-//	go build -o examples/mcp/units-mcp ./examples/mcp/units
+//	go build -o examples/mcp/units-mcp ./examples/units
 //	examples/mcp/units-mcp -http 127.0.0.1:8182   # serves http://127.0.0.1:8182/mcp
 package main
 
