@@ -1,3 +1,9 @@
+// Package deploy holds what toolsvc is deployed with — the Kubernetes
+// kustomize base and overlay, the local observability stack for Docker
+// Compose, the Grafana dashboard and the Prometheus alert rules — and the
+// tests that keep them honest: Kubernetes manifests are rendered with
+// kustomize and decoded strictly into the upstream API types, and every
+// metric the dashboard and alerts query must be one the service exposes.
 package deploy
 
 import (
@@ -25,6 +31,9 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"github.com/toolsvc/toolsvc/internal/config"
+	"github.com/toolsvc/toolsvc/internal/policy"
 )
 
 // newObject returns an empty object of the upstream API type for
@@ -200,6 +209,40 @@ func TestPostgresOverlay(t *testing.T) {
 	}
 	if !found {
 		t.Error("the NetworkPolicy does not let the pods reach PostgreSQL")
+	}
+}
+
+// TestResourcesConfigMapLoads loads the toolsvc resources of the
+// ConfigMap as the service does, policy examples included.
+func TestResourcesConfigMapLoads(t *testing.T) {
+	cm := render(t, "kubernetes/base").get("ConfigMap", "toolsvc-resources").(*corev1.ConfigMap)
+	dir := t.TempDir()
+	for name, body := range cm.Data {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resources, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []policy.Document
+	for _, r := range resources {
+		if r.Kind != config.KindPolicy {
+			t.Errorf("%s: only Policy resources are checked here, got %s", r.Source(), r.Kind)
+			continue
+		}
+		var spec policy.Spec
+		if err := r.Decode(&spec); err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, policy.Document{Name: r.Metadata.Name, Source: r.Source(), Spec: spec})
+	}
+	if len(docs) == 0 {
+		t.Fatal("no policy in the ConfigMap")
+	}
+	if _, err := policy.New(docs, policy.Options{}); err != nil {
+		t.Errorf("the policy does not load: %v", err)
 	}
 }
 
@@ -385,15 +428,12 @@ func checkCommon(t *testing.T, m manifests) {
 }
 
 // knownVariables are the environment variables toolsvc reads: the env
-// tags of cmd/toolsvc's Config, what Kubernetes itself uses (downward API
-// helpers, GOMEMLIMIT) and the store and auth settings being wired in.
+// tags of cmd/toolsvc's Config, and what the manifests use besides
+// (downward API helpers, GOMEMLIMIT, OTEL_RESOURCE_ATTRIBUTES).
 func knownVariables(t *testing.T) map[string]bool {
 	t.Helper()
 	known := map[string]bool{
 		"POD_NAME": true, "POD_NAMESPACE": true, "NODE_NAME": true, "GOMEMLIMIT": true, "OTEL_RESOURCE_ATTRIBUTES": true,
-		// Read by the store and caller packages as they are wired into
-		// cmd/toolsvc; remove from here once Config has them.
-		"TOOLSVC_API_KEY": true, "TOOLSVC_DATA_DIR": true, "TOOLSVC_STORE_URL": true,
 	}
 	f, err := parser.ParseFile(token.NewFileSet(), "../cmd/toolsvc/config.go", nil, 0)
 	if err != nil {
@@ -410,7 +450,7 @@ func knownVariables(t *testing.T) map[string]bool {
 		}
 		return true
 	})
-	if !known["TOOLSVC_ADDR"] || !known["OTEL_TRACES_EXPORTER"] {
+	if !known["TOOLSVC_ADDR"] || !known["OTEL_TRACES_EXPORTER"] || !known["TOOLSVC_STORE_URL"] {
 		t.Fatal("could not read the variables of cmd/toolsvc/config.go")
 	}
 	return known

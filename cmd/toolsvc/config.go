@@ -26,14 +26,44 @@ type Config struct {
 	ShutdownTimeout   time.Duration `env:"TOOLSVC_SHUTDOWN_TIMEOUT" envDefault:"30s"`
 	LogLevel          string        `env:"TOOLSVC_LOG_LEVEL" envDefault:"info"`
 	LogFormat         string        `env:"TOOLSVC_LOG_FORMAT" envDefault:"json"`
+	DataDir           string        `env:"TOOLSVC_DATA_DIR" envDefault:"./data"`
+	StoreURL          string        `env:"TOOLSVC_STORE_URL"`
+	StoreSchema       string        `env:"TOOLSVC_STORE_SCHEMA"`
+	InstanceID        string        `env:"TOOLSVC_INSTANCE_ID"`
+	Retention         time.Duration `env:"TOOLSVC_RETENTION" envDefault:"24h"`
+	ApprovalTTL       time.Duration `env:"TOOLSVC_APPROVAL_TTL" envDefault:"15m"`
+
+	APIKey          string `env:"TOOLSVC_API_KEY"`
+	PolicyCostLimit uint64 `env:"TOOLSVC_POLICY_COST_LIMIT" envDefault:"1000000"`
+
 	// Auth "none" allows serving a non-loopback address without credentials.
 	Auth string `env:"TOOLSVC_AUTH"`
+	// Watch reloads the configuration when its files change (SIGHUP
+	// always does).
+	Watch             bool          `env:"TOOLSVC_WATCH" envDefault:"false"`
+	MCPConnectTimeout time.Duration `env:"TOOLSVC_MCP_CONNECT_TIMEOUT" envDefault:"10s"`
+
+	// environ is the whole environment, for the variables resources name
+	// (exec tools' env allowlists, valueFrom.env).
+	environ map[string]string
 
 	FSMaxReadBytes    int64 `env:"TOOLSVC_FS_MAX_READ_BYTES" envDefault:"1048576"`
 	FSMaxWriteBytes   int64 `env:"TOOLSVC_FS_MAX_WRITE_BYTES" envDefault:"4194304"`
 	FSMaxSearchBytes  int64 `env:"TOOLSVC_FS_MAX_SEARCH_BYTES" envDefault:"33554432"`
 	DataMaxInputBytes int   `env:"TOOLSVC_DATA_MAX_INPUT_BYTES" envDefault:"1048576"`
 	DataMaxRows       int   `env:"TOOLSVC_DATA_MAX_ROWS" envDefault:"10000"`
+
+	ShellSandbox        string        `env:"TOOLSVC_SHELL_SANDBOX" envDefault:"best-effort"`
+	ShellAllow          []string      `env:"TOOLSVC_SHELL_ALLOW" envSeparator:","`
+	ShellEnvAllow       []string      `env:"TOOLSVC_SHELL_ENV_ALLOW" envSeparator:","`
+	ShellReadOnlyDirs   []string      `env:"TOOLSVC_SHELL_READ_ONLY_DIRS" envSeparator:","`
+	ShellCPUSeconds     uint64        `env:"TOOLSVC_SHELL_RLIMIT_CPU_SECONDS" envDefault:"60"`
+	ShellAddressSpace   uint64        `env:"TOOLSVC_SHELL_RLIMIT_AS_BYTES" envDefault:"2147483648"`
+	ShellFileSize       uint64        `env:"TOOLSVC_SHELL_RLIMIT_FSIZE_BYTES" envDefault:"1073741824"`
+	ShellProcesses      uint64        `env:"TOOLSVC_SHELL_RLIMIT_NPROC"`
+	ShellMaxOutputBytes int           `env:"TOOLSVC_SHELL_MAX_OUTPUT_BYTES" envDefault:"8192"`
+	ShellMaxProcesses   int           `env:"TOOLSVC_SHELL_MAX_PROCESSES" envDefault:"32"`
+	ShellTimeout        time.Duration `env:"TOOLSVC_SHELL_TIMEOUT" envDefault:"30s"`
 
 	HTTPAllowCIDRs      []netip.Prefix `env:"TOOLSVC_HTTP_ALLOW_CIDRS" envSeparator:","`
 	HTTPAllowHosts      []string       `env:"TOOLSVC_HTTP_ALLOW_HOSTS" envSeparator:","`
@@ -68,7 +98,15 @@ func loadConfig(environ []string) (Config, error) {
 	if err := env.ParseWithOptions(&c, env.Options{Environment: vars}); err != nil {
 		return c, fmt.Errorf("configuration: %w", err)
 	}
+	c.environ = vars
 	return c, c.validate()
+}
+
+// lookupEnv reads one variable of the environment the configuration was
+// loaded from.
+func (c Config) lookupEnv(name string) (string, bool) {
+	v, ok := c.environ[name]
+	return v, ok
 }
 
 func (c Config) validate() error {
@@ -99,6 +137,15 @@ func (c Config) validate() error {
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_LOG_FORMAT must be json or text, got %q", c.LogFormat))
+	}
+	if c.MCPConnectTimeout <= 0 {
+		errs = append(errs, "TOOLSVC_MCP_CONNECT_TIMEOUT must be positive")
+	}
+	if c.Retention <= 0 || c.ApprovalTTL <= 0 {
+		errs = append(errs, "TOOLSVC_RETENTION and TOOLSVC_APPROVAL_TTL must be positive")
+	}
+	if c.StoreURL != "" && !strings.HasPrefix(c.StoreURL, "postgres://") && !strings.HasPrefix(c.StoreURL, "postgresql://") {
+		errs = append(errs, "TOOLSVC_STORE_URL must be a postgres:// URL (leave it empty for the embedded store under TOOLSVC_DATA_DIR)")
 	}
 	if err := c.tracing(nil).Validate(); err != nil && !c.SDKDisabled {
 		errs = append(errs, err.Error())

@@ -8,17 +8,28 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/toolsvc/toolsvc/api"
 	"github.com/toolsvc/toolsvc/internal/config"
 	toolhttp "github.com/toolsvc/toolsvc/internal/http"
+	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/sandbox"
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/store/postgres"
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 	"github.com/toolsvc/toolsvc/internal/telemetry"
 	"github.com/toolsvc/toolsvc/internal/tools/data"
 	"github.com/toolsvc/toolsvc/internal/tools/fs"
 	"github.com/toolsvc/toolsvc/internal/tools/httpfetch"
 	"github.com/toolsvc/toolsvc/internal/tools/jsonq"
+	"github.com/toolsvc/toolsvc/internal/tools/mcpbridge"
+	"github.com/toolsvc/toolsvc/internal/tools/shell"
 	"github.com/toolsvc/toolsvc/internal/tools/text"
 	"github.com/toolsvc/toolsvc/internal/tools/workspace"
 )
@@ -37,6 +48,10 @@ Settings come from TOOLSVC_* environment variables; see the README.`
 
 // run is the whole program; main only calls it.
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	if len(args) > 1 && args[1] == sandbox.ChildCommand {
+		// The sandboxed child: confine this process, then exec the program.
+		return sandbox.RunChild(args[2:])
+	}
 	cmd := "serve"
 	if len(args) > 1 {
 		cmd = args[1]
@@ -57,11 +72,11 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	case "serve":
 		return serve(ctx, cfg, stdout, stderr)
 	case "validate":
-		a, err := build(cfg, newLogger(cfg, stderr))
+		a, err := build(cfg, newLogger(cfg, stderr), nil)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "configuration OK: %d tools\n", a.registry.Len())
+		fmt.Fprintf(stdout, "configuration OK: %d tools%s\n", a.registry.Len(), a.mcpNote())
 		return nil
 	case "health":
 		return health(ctx, cfg.Addr, stdout)
@@ -78,18 +93,61 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 type app struct {
 	registry *registry.Registry
 	policy   registry.Policy
+	// auth is nil when no credentials are configured.
+	auth    *policy.Authenticator
+	sandbox *sandbox.Sandbox
+	// static are the built-in and custom tools as built, never given to
+	// registry.New (which changes what it gets), so the registry can be
+	// rebuilt with new MCP tools (see app.rebuild).
+	static   []*registry.Tool
+	defaults registry.Defaults
+	// mcp are the MCP servers of this configuration; mcpServers counts
+	// them when they were not contacted (validate).
+	mcp        *mcpbridge.Set
+	mcpServers int
 }
 
-// build loads resources and built-in tools into a registry and policy.
-func build(cfg Config, log *slog.Logger) (*app, error) {
+// build loads resources and built-in tools into a registry, policy and
+// callers. With mcp nil, MCPServer resources are checked but not
+// contacted.
+func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
+	var resources []*config.Resource
 	if len(cfg.ConfigPaths) > 0 {
-		resources, err := config.Load(cfg.ConfigPaths...)
-		if err != nil {
+		var err error
+		if resources, err = config.Load(cfg.ConfigPaths...); err != nil {
 			return nil, err
 		}
-		for _, r := range resources {
-			// Kinds are read by the packages that implement them as they land.
+	}
+	var policies []policy.Document
+	var callers []policy.CallerDocument
+	for _, r := range resources {
+		switch r.Kind {
+		case config.KindPolicy:
+			var spec policy.Spec
+			if err := r.Decode(&spec); err != nil {
+				return nil, err
+			}
+			policies = append(policies, policy.Document{Name: r.Metadata.Name, Source: r.Source(), Spec: spec})
+		case config.KindCaller:
+			var spec policy.CallerSpec
+			if err := r.Decode(&spec); err != nil {
+				return nil, err
+			}
+			callers = append(callers, policy.CallerDocument{Name: r.Metadata.Name, Source: r.Source(), Spec: spec})
+		case config.KindTool, config.KindMCPServer:
+			// Read by buildCustom.
+		default:
 			log.Warn("resource kind not supported yet; ignored", "kind", r.Kind, "name", r.Metadata.Name, "source", r.Source())
+		}
+	}
+	pol, err := policy.New(policies, policy.Options{CostLimit: cfg.PolicyCostLimit})
+	if err != nil {
+		return nil, err
+	}
+	a := &app{policy: pol}
+	if cfg.APIKey != "" || len(callers) > 0 {
+		if a.auth, err = policy.NewAuthenticator(policy.AuthOptions{APIKey: cfg.APIKey, Callers: callers}); err != nil {
+			return nil, err
 		}
 	}
 	hopts := httpfetch.Options{
@@ -112,21 +170,70 @@ func build(cfg Config, log *slog.Logger) (*app, error) {
 	tools = append(tools, text.Tools()...)
 	tools = append(tools, jsonq.Tools()...)
 	tools = append(tools, httpfetch.Tools(hopts)...)
-	reg, err := registry.New(registry.Defaults{
+	sb, shellTools, err := buildShell(cfg, ws, log)
+	if err != nil {
+		return nil, err
+	}
+	tools = append(tools, shellTools...)
+	a.sandbox = sb
+	a.defaults = registry.Defaults{
 		Timeout:           cfg.DefaultTimeout,
 		MaxTimeout:        cfg.MaxTimeout,
 		MaxOutputBytes:    cfg.MaxOutputBytes,
 		ErrorMessageLimit: cfg.ErrorMessageLimit,
-	}, tools...)
-	if err != nil {
+	}
+	if err := buildCustom(a, cfg, log, resources, tools, ws, mcp); err != nil {
 		return nil, err
 	}
-	return &app{registry: reg, policy: registry.DefaultTierEffects()}, nil
+	if a.registry, err = a.rebuild(mcp); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// buildShell makes the sandbox and shell__exec.
+func buildShell(cfg Config, ws *workspace.Workspace, log *slog.Logger) (*sandbox.Sandbox, []*registry.Tool, error) {
+	mode, err := sandbox.ParseMode(cfg.ShellSandbox)
+	if err != nil {
+		return nil, nil, fmt.Errorf("TOOLSVC_SHELL_SANDBOX: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox: locating the toolsvc binary: %w", err)
+	}
+	sb, err := sandbox.New(sandbox.Options{
+		Mode:         mode,
+		SelfExe:      self,
+		ReadOnlyDirs: cfg.ShellReadOnlyDirs,
+		Limits: sandbox.Limits{
+			CPUSeconds: cfg.ShellCPUSeconds, AddressSpaceBytes: cfg.ShellAddressSpace,
+			FileSizeBytes: cfg.ShellFileSize, Processes: cfg.ShellProcesses,
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	tools, err := shell.Tools(shell.Options{
+		Workspace: ws, Sandbox: sb, Allow: cfg.ShellAllow, EnvAllow: cfg.ShellEnvAllow,
+		MaxOutputBytes: cfg.ShellMaxOutputBytes, MaxProcesses: cfg.ShellMaxProcesses, Timeout: cfg.ShellTimeout, Logger: log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return sb, tools, nil
 }
 
 func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	log := newLogger(cfg, stderr)
-	a, err := build(cfg, log)
+	// SIGHUP reloads the configuration; listen before anything can send it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	mcpChanged := make(chan struct{}, 1)
+	mcp := newMCPManager(cfg, log, mcpChanged)
+	defer mcp.Close()
+	a, err := build(cfg, log, mcp)
 	if err != nil {
 		return err
 	}
@@ -139,13 +246,28 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := checkExposure(ln.Addr(), cfg); err != nil {
+	if err := checkExposure(ln.Addr(), cfg, a.auth != nil); err != nil {
 		ln.Close()
 		return err
 	}
-	if cfg.Auth == "none" && !isLoopback(ln.Addr()) {
+	if a.auth == nil && cfg.Auth == "none" && !isLoopback(ln.Addr()) {
 		log.Warn("serving without authentication on a non-loopback address (TOOLSVC_AUTH=none)", "addr", ln.Addr().String())
 	}
+
+	st, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if n, err := st.InterruptRunning(ctx); err != nil {
+		return fmt.Errorf("store: %w", err)
+	} else if n > 0 {
+		log.Warn("calls left running by an earlier process are now E_INTERRUPTED", "calls", n)
+	}
+	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBackground()
+	go store.RunRetention(background, st, store.RetentionOptions{Every: time.Minute, TTL: cfg.Retention, Logger: log})
+	go countApprovals(background, st, obs.executor, 15*time.Second, log)
 
 	metrics := obs.metrics
 	exec := registry.NewExecutor(registry.Options{
@@ -157,8 +279,19 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		TraceContent:   cfg.TraceContent,
 		MaxTimeout:     cfg.MaxTimeout,
 		MaxConcurrency: cfg.MaxConcurrency,
+		Store:          st,
+		ApprovalTTL:    cfg.ApprovalTTL,
 	})
+	var auth toolhttp.Authenticator
+	var callers *liveAuth // replaced by reloads
+	if a.auth != nil {
+		callers = newLiveAuth(a.auth)
+		auth = callers
+		log.Info("authentication on", "credentials", a.auth.Len())
+	}
+	reloads := newReloader(cfg, log, exec, callers, mcp, metrics, a)
 	srv := toolhttp.NewServer(toolhttp.Deps{
+		Auth:           auth,
 		Executor:       exec,
 		Logger:         log,
 		Gatherer:       metrics,
@@ -166,7 +299,10 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		TracerProvider: obs.tracers,
 		OpenAPI:        api.OpenAPI(),
 		Limits:         toolhttp.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxJSONDepth: cfg.MaxJSONDepth},
+		ReadyDetails:   map[string]any{"sandbox": a.sandbox.Status(), "mcp": mcp.Readiness()},
+		Ready:          map[string]toolhttp.Check{"store": st.Ping},
 	})
+	defer reloads.start(ctx, hup, mcpChanged)()
 
 	// Calls run under base, which outlives the signal so in-flight calls can
 	// finish while draining, and is cancelled when the drain time is up.
@@ -211,10 +347,30 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// openStore opens PostgreSQL when TOOLSVC_STORE_URL is set, else the
+// embedded store under TOOLSVC_DATA_DIR.
+func openStore(ctx context.Context, cfg Config, log *slog.Logger) (registry.Store, error) {
+	if cfg.StoreURL != "" {
+		s, err := postgres.Open(ctx, postgres.Options{URL: cfg.StoreURL, Schema: cfg.StoreSchema, InstanceID: cfg.InstanceID, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		log.Info("store: PostgreSQL", "schema", cfg.StoreSchema)
+		return s, nil
+	}
+	path := filepath.Join(cfg.DataDir, "toolsvc.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("store: embedded", "path", path)
+	return s, nil
+}
+
 // checkExposure refuses to serve a non-loopback address without
 // credentials, unless the operator says TOOLSVC_AUTH=none.
-func checkExposure(addr net.Addr, cfg Config) error {
-	if isLoopback(addr) || cfg.Auth == "none" {
+func checkExposure(addr net.Addr, cfg Config, credentials bool) error {
+	if credentials || isLoopback(addr) || cfg.Auth == "none" {
 		return nil
 	}
 	return fmt.Errorf("refusing to serve %s without credentials: set TOOLSVC_API_KEY (or Caller resources), bind a loopback address, or set TOOLSVC_AUTH=none", addr)

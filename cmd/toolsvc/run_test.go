@@ -4,14 +4,32 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/toolsvc/toolsvc/internal/sandbox"
 )
+
+// TestMain lets the test binary serve as the sandbox's re-executed child,
+// as the toolsvc binary does.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.ChildCommand {
+		err := run(context.Background(), os.Args, nil, os.Stdout, os.Stderr)
+		fmt.Fprintln(os.Stderr, "sandbox child:", err)
+		os.Exit(125)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "mcp-stdio-server" {
+		os.Exit(mcpStdioServer())
+	}
+	os.Exit(m.Run())
+}
 
 // syncBuffer is a goroutine-safe log sink.
 type syncBuffer struct {
@@ -53,7 +71,7 @@ type instance struct {
 func start(t *testing.T, extra ...string) *instance {
 	t.Helper()
 	addr := freeAddr(t)
-	environ := append([]string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_WORKSPACE=" + t.TempDir()}, extra...)
+	environ := append([]string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir()}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{t: t, base: "http://" + addr, cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}}
 	go func() { in.done <- run(ctx, []string{"toolsvc"}, environ, io.Discard, in.logs) }()
@@ -111,7 +129,7 @@ func TestServeOnDefaults(t *testing.T) {
 	for _, t := range cat.Tools {
 		names = append(names, t.Name)
 	}
-	if strings.Join(names, ",") != "data__parse,fs__delete,fs__edit,fs__list,fs__read,fs__search,fs__stat,fs__write,http__get,http__post,json__query,text__transform" {
+	if strings.Join(names, ",") != "data__parse,fs__delete,fs__edit,fs__list,fs__read,fs__search,fs__stat,fs__write,http__get,http__post,json__query,shell__exec,text__transform" {
 		t.Errorf("catalog: %+v", cat.Tools)
 	}
 	status, res := in.post("/calls", `{"toolName":"text__transform","arguments":{"operation":"count","text":"a b\nc"}}`)
@@ -195,7 +213,7 @@ func TestSubcommands(t *testing.T) {
 	}
 	out.Reset()
 	ws := "TOOLSVC_WORKSPACE=" + t.TempDir()
-	if err := run(context.Background(), []string{"toolsvc", "validate"}, []string{ws}, &out, io.Discard); err != nil || out.String() != "configuration OK: 12 tools\n" {
+	if err := run(context.Background(), []string{"toolsvc", "validate"}, []string{ws}, &out, io.Discard); err != nil || out.String() != "configuration OK: 13 tools\n" {
 		t.Errorf("validate: %v %q", err, out.String())
 	}
 	for _, bad := range [][]string{
@@ -206,6 +224,10 @@ func TestSubcommands(t *testing.T) {
 		{"TOOLSVC_CONFIG=/nonexistent/tools.yaml"},
 		{"TOOLSVC_HTTP_ALLOW_CIDRS=10.0.0.0/33"},
 		{"TOOLSVC_HTTP_ALLOW_HOSTS=bad host"},
+		{"TOOLSVC_SHELL_SANDBOX=sometimes"},
+		{"TOOLSVC_STORE_URL=mysql://x"},
+		{"TOOLSVC_APPROVAL_TTL=0s"},
+		{"TOOLSVC_SHELL_ALLOW=/bin/sh"},
 	} {
 		if err := run(context.Background(), []string{"toolsvc", "validate"}, append(bad, ws), io.Discard, io.Discard); err == nil {
 			t.Errorf("validate with %v: no error", bad)
@@ -220,7 +242,7 @@ func TestSubcommands(t *testing.T) {
 }
 
 func TestRefusesExposureWithoutCredentials(t *testing.T) {
-	err := run(context.Background(), []string{"toolsvc"}, []string{"TOOLSVC_ADDR=0.0.0.0:0", "TOOLSVC_WORKSPACE=" + t.TempDir()}, io.Discard, io.Discard)
+	err := run(context.Background(), []string{"toolsvc"}, []string{"TOOLSVC_ADDR=0.0.0.0:0", "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir()}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "refusing to serve") {
 		t.Fatalf("non-loopback without credentials: %v", err)
 	}
@@ -228,7 +250,7 @@ func TestRefusesExposureWithoutCredentials(t *testing.T) {
 	logs := &syncBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"toolsvc"}, []string{"TOOLSVC_ADDR=0.0.0.0:0", "TOOLSVC_AUTH=none", "TOOLSVC_WORKSPACE=" + t.TempDir()}, io.Discard, logs)
+		done <- run(ctx, []string{"toolsvc"}, []string{"TOOLSVC_ADDR=0.0.0.0:0", "TOOLSVC_AUTH=none", "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir()}, io.Discard, logs)
 	}()
 	for i := 0; !strings.Contains(logs.String(), "toolsvc listening"); i++ {
 		if i > 500 {

@@ -70,6 +70,28 @@ func newObservability(ctx context.Context, cfg Config, stdout io.Writer, log *sl
 	return o, nil
 }
 
+// countApprovals keeps toolsvc_approvals_pending at the number of pending
+// approval requests in the store, which every replica shares, reading it
+// every interval until ctx ends. It counts at most 1000.
+func countApprovals(ctx context.Context, st registry.Store, m *registry.Metrics, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		pending, err := st.ListApprovals(ctx, registry.ApprovalFilter{Status: registry.ApprovalPending, Limit: 1000})
+		switch {
+		case err == nil:
+			m.SetApprovalsPending(len(pending))
+		case ctx.Err() == nil:
+			log.Debug("counting pending approvals", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // close flushes and stops the tracer provider.
 func (o *observability) close(log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -4,11 +4,19 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 )
 
 // startTraced runs toolsvc with the console span exporter and returns its
@@ -16,7 +24,7 @@ import (
 func startTraced(t *testing.T, extra ...string) (string, *syncBuffer, *syncBuffer) {
 	t.Helper()
 	addr := freeAddr(t)
-	environ := append([]string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_WORKSPACE=" + t.TempDir(), "OTEL_TRACES_EXPORTER=console"}, extra...)
+	environ := append([]string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir(), "OTEL_TRACES_EXPORTER=console"}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout, stderr := &syncBuffer{}, &syncBuffer{}
 	done := make(chan error, 1)
@@ -179,4 +187,50 @@ func TestTracingSettingsValidated(t *testing.T) {
 	if err := run(context.Background(), []string{"toolsvc", "validate"}, []string{ws, "OTEL_TRACES_EXPORTER=zipkin", "OTEL_SDK_DISABLED=true"}, io.Discard, io.Discard); err != nil {
 		t.Errorf("a disabled SDK's settings are not checked: %v", err)
 	}
+}
+
+// TestApprovalsPendingGauge counts the pending approvals of a real store
+// into toolsvc_approvals_pending.
+func TestApprovalsPendingGauge(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now()
+	for i := range 3 {
+		a := &registry.Approval{ID: fmt.Sprintf("apr_%d", i), CallerID: "c", ToolCallID: fmt.Sprintf("call_%d", i), ToolName: "fs__delete",
+			ArgumentsDigest: "d", Arguments: []byte(`{}`), Status: registry.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+		if err := st.CreateApproval(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	m := registry.NewMetrics(reg)
+	done := make(chan struct{})
+	go func() { countApprovals(ctx, st, m, 10*time.Millisecond, slog.New(slog.DiscardHandler)); close(done) }()
+	waitGauge := func(want float64) {
+		t.Helper()
+		for i := 0; ; i++ {
+			families, _ := reg.Gather()
+			for _, f := range families {
+				if f.GetName() == "toolsvc_approvals_pending" && f.GetMetric()[0].GetGauge().GetValue() == want {
+					return
+				}
+			}
+			if i > 500 {
+				t.Fatalf("toolsvc_approvals_pending never reached %v", want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitGauge(3)
+	if _, _, err := st.DecideApproval(ctx, "apr_1", registry.VerdictApprove, "alice", "ok", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitGauge(2)
+	cancel()
+	<-done
 }

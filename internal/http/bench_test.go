@@ -3,15 +3,20 @@ package http
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 	"github.com/toolsvc/toolsvc/internal/telemetry"
 )
 
@@ -23,15 +28,54 @@ func BenchmarkPostCalls(b *testing.B) {
 	client := e.ts.Client()
 	b.ReportAllocs()
 	for b.Loop() {
-		resp, err := client.Post(e.ts.URL+"/calls", "application/json", bytes.NewReader(body))
+		post(b, client, e.ts.URL, body)
+	}
+}
+
+func post(b *testing.B, client *http.Client, base string, body []byte) {
+	resp, err := client.Post(base+"/calls", "application/json", bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Fatal(resp.Status)
+	}
+}
+
+// BenchmarkThroughput compares, in one run, parallel POST /calls to a
+// trivial read_only tool (no store I/O) and to a trivial side_effecting
+// tool, recorded in the embedded store before and after it runs.
+func BenchmarkThroughput(b *testing.B) {
+	noop := registry.Func(func(ctx context.Context, r *registry.Request) (any, error) { return "ok", nil })
+	schema := json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)
+	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	e := newEnv(b, func(d *Deps, o *registry.Options) {
+		reg, err := registry.New(registry.Defaults{Timeout: 5e9, MaxOutputBytes: 16384, ErrorMessageLimit: 1000},
+			&registry.Tool{Definition: registry.Definition{Name: "bench__read", Description: "read", Tier: registry.ReadOnly, Parameters: schema}, Handler: noop},
+			&registry.Tool{Definition: registry.Definition{Name: "bench__write", Description: "write", Tier: registry.SideEffecting, Parameters: schema}, Handler: noop})
 		if err != nil {
 			b.Fatal(err)
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b.Fatal(resp.Status)
-		}
+		o.Registry, o.Store = reg, st
+	})
+	var seq atomic.Int64
+	for _, tool := range []string{"bench__read", "bench__write"} {
+		b.Run(tool, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+				for pb.Next() {
+					body := fmt.Appendf(nil, `{"toolCallId":"b%d","toolName":%q,"arguments":{"n":1}}`, seq.Add(1), tool)
+					post(b, client, e.ts.URL, body)
+				}
+			})
+		})
 	}
 }
 
@@ -52,14 +96,6 @@ func BenchmarkPostCallsTraced(b *testing.B) {
 	client := e.ts.Client()
 	b.ReportAllocs()
 	for b.Loop() {
-		resp, err := client.Post(e.ts.URL+"/calls", "application/json", bytes.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b.Fatal(resp.Status)
-		}
+		post(b, client, e.ts.URL, body)
 	}
 }

@@ -77,7 +77,7 @@ func (s *Server) handleCall(w http.ResponseWriter, r *http.Request) error {
 }
 
 func resultStatus(r *registry.Result) int {
-	if r.Status == registry.StatusPendingApproval {
+	if r.Status == registry.StatusPendingApproval || r.Status == registry.StatusRunning {
 		return http.StatusAccepted
 	}
 	return http.StatusOK

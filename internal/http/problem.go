@@ -53,6 +53,13 @@ func problemFor(err error) *Problem {
 			Detail: "request body is larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes (TOOLSVC_MAX_REQUEST_BYTES)"}
 	case errors.Is(err, registry.ErrOverloaded):
 		return &Problem{Status: http.StatusTooManyRequests, Code: "overloaded", Detail: "too many tool calls in flight; retry shortly", RetryAfter: 1}
+	case errors.Is(err, registry.ErrConflict):
+		return &Problem{Status: http.StatusConflict, Code: "conflict",
+			Detail: "this toolCallId was already used for a call with another tool or other arguments; use a new toolCallId"}
+	case errors.Is(err, registry.ErrUnavailable):
+		return &Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", Detail: "the call store is not answering; the call did not run; retry shortly", RetryAfter: 1, Err: err}
+	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrNoStore):
+		return &Problem{Status: http.StatusNotFound, Code: "not_found", Detail: "no such record"}
 	}
 	return &Problem{Status: http.StatusInternalServerError, Code: "internal", Detail: "internal error", Err: err}
 }

@@ -31,5 +31,10 @@ func (s *Server) addRoutes(r chi.Router) {
 		r.Get("/tools", s.handle(s.handleListTools))
 		r.Get("/tools/{name}", s.handle(s.handleGetTool))
 		r.With(s.require(registry.ScopeCall), s.admitCall).Post("/calls", s.handle(s.handleCall))
+		r.With(s.require(registry.ScopeCall)).Get("/calls/{toolCallId}", s.handle(s.handleGetCall))
+		r.Get("/approvals", s.handle(s.handleListApprovals))
+		r.Get("/approvals/{id}", s.handle(s.handleGetApproval))
+		r.With(s.require(registry.ScopeApprove), s.admitCall).Post("/approvals/{id}", s.handle(s.handleDecide))
+		r.With(s.admitCall).Method(http.MethodPost, "/mcp", s.handleMCP())
 	})
 }

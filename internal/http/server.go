@@ -17,10 +17,13 @@ import (
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
-// Executor runs calls; *registry.Executor implements it.
+// Executor runs calls and approved calls; *registry.Executor implements it.
 type Executor interface {
 	Execute(ctx context.Context, caller *registry.Caller, call *registry.Call) (*registry.Result, error)
+	Decide(ctx context.Context, approver *registry.Caller, id string, v registry.Verdict, reason string) (*registry.Approval, *registry.Result, error)
 	Registry() *registry.Registry
+	// Store is where calls and approvals are kept; nil when nowhere.
+	Store() registry.Store
 }
 
 // Authenticator maps a bearer token to a caller.

@@ -218,17 +218,17 @@ func TestHTTPMetricsUseRoutePatterns(t *testing.T) {
 			t.Errorf("route label %q", r)
 		}
 	}
-	if n := counterValue(t, e.metrics, "toolsvc_http_requests_total", map[string]string{"method": "GET", "route": "/tools/{name}", "code": "404"}); n != 300 {
+	if n := seriesValue(t, e.metrics, "toolsvc_http_requests_total", map[string]string{"method": "GET", "route": "/tools/{name}", "code": "404"}); n != 300 {
 		t.Errorf("GET /tools/{name} 404 counted %v, want 300", n)
 	}
-	if n := counterValue(t, e.metrics, "toolsvc_http_requests_total", map[string]string{"method": "_OTHER", "route": UnmatchedRoute, "code": "405"}); n != 1 {
+	if n := seriesValue(t, e.metrics, "toolsvc_http_requests_total", map[string]string{"method": "_OTHER", "route": UnmatchedRoute, "code": "405"}); n != 1 {
 		t.Errorf("FROB /tools counted %v, want 1", n)
 	}
 }
 
-// counterValue is the value of the counter series of family name with
+// seriesValue is the value of the counter series of family name with
 // exactly labels.
-func counterValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+func seriesValue(t *testing.T, g prometheus.Gatherer, name string, labels map[string]string) float64 {
 	t.Helper()
 	families, err := g.Gather()
 	if err != nil {

@@ -31,6 +31,10 @@ type Call struct {
 	Catalog  []string        `json:"catalog,omitempty"`
 	Context  CallContext     `json:"context,omitzero"`
 	Approval *InlineApproval `json:"approval,omitempty"`
+	// Record asks that a read_only call with a toolCallId be recorded, so
+	// that GET /calls/{toolCallId} and repeats find it; calls of the other
+	// tiers are always recorded.
+	Record bool `json:"record,omitempty"`
 }
 
 // Status is the outcome of a call.
@@ -41,6 +45,9 @@ const (
 	StatusOK              Status = "ok"
 	StatusError           Status = "error"
 	StatusPendingApproval Status = "pending_approval"
+	// StatusRunning is only reported by GET /calls/{toolCallId}, for a
+	// call that has not finished yet.
+	StatusRunning Status = "running"
 )
 
 // ApprovalTicket tells the caller where its pending call waits.

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -26,6 +27,13 @@ import (
 // ErrOverloaded means the concurrency limit is reached; the call did not run.
 var ErrOverloaded = errors.New("too many tool calls in flight")
 
+// ErrConflict means a toolCallId already names another call (other tool or
+// other arguments) of the same caller.
+var ErrConflict = errors.New("toolCallId already used for a different call")
+
+// ErrUnavailable means the store did not answer; the call did not run.
+var ErrUnavailable = errors.New("the call store is unavailable")
+
 // Options configure an Executor.
 type Options struct {
 	Registry *Registry
@@ -47,6 +55,11 @@ type Options struct {
 	MaxConcurrency int
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Store keeps call records, approvals and the audit trail; nil keeps
+	// nothing (no idempotency, and calls that need approval are denied).
+	Store Store
+	// ApprovalTTL is how long an approval request waits; 0 is 15 minutes.
+	ApprovalTTL time.Duration
 }
 
 // Executor runs calls through the pipeline: lookup, catalog visibility,
@@ -62,6 +75,8 @@ type Executor struct {
 	maxTime time.Duration
 	slots   chan struct{}
 	now     func() time.Time
+	store   Store
+	ttl     time.Duration
 }
 
 // state is what a reload replaces as one.
@@ -72,7 +87,10 @@ type state struct {
 
 // NewExecutor returns an executor.
 func NewExecutor(o Options) *Executor {
-	e := &Executor{log: o.Logger, metrics: o.Metrics, tracer: o.Tracer, content: o.TraceContent, maxTime: o.MaxTimeout, now: o.Now}
+	e := &Executor{log: o.Logger, metrics: o.Metrics, tracer: o.Tracer, content: o.TraceContent, maxTime: o.MaxTimeout, now: o.Now, store: o.Store, ttl: o.ApprovalTTL}
+	if e.ttl <= 0 {
+		e.ttl = 15 * time.Minute
+	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -105,8 +123,10 @@ func (e *Executor) Load(reg *Registry, p Policy) {
 func (e *Executor) Registry() *Registry { return e.state.Load().reg }
 
 // Execute runs one call for caller and returns its result. The error is
-// non-nil only when the call could not be taken at all (ErrOverloaded);
-// everything that goes wrong with the call itself is an error result.
+// non-nil only when the call could not be taken at all: ErrOverloaded,
+// ErrConflict (its toolCallId was used for another call) or
+// ErrUnavailable (the store did not answer); everything that goes wrong
+// with the call itself is an error result.
 func (e *Executor) Execute(ctx context.Context, caller *Caller, call *Call) (*Result, error) {
 	st := e.state.Load()
 	start := e.now()
@@ -119,21 +139,39 @@ func (e *Executor) Execute(ctx context.Context, caller *Caller, call *Call) (*Re
 	if known {
 		label, tier = tool.Name, tool.Tier
 	}
-	ctx, span := e.tracer.Start(ctx, "execute_tool "+label, trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(
-			attribute.String("gen_ai.operation.name", "execute_tool"),
-			attribute.String("gen_ai.tool.name", label),
-			attribute.String("gen_ai.tool.call.id", res.ToolCallID),
-		))
+	ctx, span := e.startSpan(ctx, label, res.ToolCallID)
 	defer span.End()
 
-	var decision Decision
-	var digest string
-	err := e.run(ctx, st, caller, call, tool, res, &decision, &digest)
-	if errors.Is(err, ErrOverloaded) {
+	var p progress
+	err := e.run(ctx, st, caller, call, tool, res, &p)
+	if errors.Is(err, ErrOverloaded) || errors.Is(err, ErrConflict) || errors.Is(err, ErrUnavailable) {
 		span.SetStatus(codes.Error, err.Error())
 		return nil, err
 	}
+	if !p.replayed && !p.pending {
+		e.finalize(res, tool, err, start)
+	}
+	if p.recorded {
+		e.finishRecord(ctx, caller, res, &p)
+	}
+	e.observe(ctx, span, caller, res, label, tier, p.decision, p.digest, e.now().Sub(start))
+	return res, nil
+}
+
+// startSpan starts the execute_tool span of a call (OpenTelemetry GenAI
+// semantic conventions).
+func (e *Executor) startSpan(ctx context.Context, label, callID string) (context.Context, trace.Span) {
+	return e.tracer.Start(ctx, "execute_tool "+label, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(
+			attribute.String("gen_ai.operation.name", "execute_tool"),
+			attribute.String("gen_ai.tool.name", label),
+			attribute.String("gen_ai.tool.call.id", callID),
+		))
+}
+
+// finalize sets the status, error and duration of a result whose tool ran
+// (or was refused) with outcome err.
+func (e *Executor) finalize(res *Result, tool *Tool, err error, start time.Time) *Result {
 	res.DurationMs = e.now().Sub(start).Milliseconds()
 	if err != nil {
 		res.Status = StatusError
@@ -142,11 +180,23 @@ func (e *Executor) Execute(ctx context.Context, caller *Caller, call *Call) (*Re
 	} else {
 		res.Status = StatusOK
 	}
-	e.observe(ctx, span, caller, res, label, tier, decision, digest, e.now().Sub(start))
-	return res, nil
+	return res
 }
 
-func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Call, tool *Tool, res *Result, decision *Decision, digest *string) error {
+// progress is what the pipeline learned about a call on its way.
+type progress struct {
+	decision Decision
+	digest   string
+	args     json.RawMessage
+	// recorded: a running record was created and awaits the result.
+	recorded bool
+	// replayed: the result is a stored one, returned as it is.
+	replayed bool
+	// pending: the call waits for approval.
+	pending bool
+}
+
+func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Call, tool *Tool, res *Result, p *progress) error {
 	if tool == nil {
 		return e.notFound(st.reg, caller, call.ToolName)
 	}
@@ -163,7 +213,8 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 		derr.Suggestion = tool.suggestion
 		return derr
 	}
-	*digest = ArgumentsDigest(value)
+	p.args = args
+	p.digest = ArgumentsDigest(value)
 	if e.content {
 		span.SetAttributes(attribute.String("gen_ai.tool.call.arguments", truncateMessage(string(args), TraceContentLimit)))
 	}
@@ -171,14 +222,26 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 		span.AddEvent("validation_failed")
 		return validationError(tool, err)
 	}
+	// A call recorded before replays its stored outcome, whatever policy
+	// says now; only calls whose tier or request asks for it touch the store.
+	durable := e.store != nil && (tool.Tier != ReadOnly || (call.Record && call.ToolCallID != ""))
+	if durable && call.ToolCallID != "" {
+		rec, err := e.store.GetCall(ctx, caller.ID, res.ToolCallID)
+		switch {
+		case err == nil:
+			return e.replay(ctx, caller, rec, tool.Name, p, res)
+		case !errors.Is(err, ErrNotFound):
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+	}
 	d, perr := st.policy.Decide(ctx, &PolicyInput{Tool: &tool.Definition, Arguments: args, Caller: caller, Context: call.Context})
 	if perr != nil {
 		return fmt.Errorf("policy: %w", perr)
 	}
 	if d.Effect == Ask && call.Approval != nil && call.Approval.Granted && caller.Has(ScopeApprove) {
-		d = Decision{Effect: Allow, Rule: d.Rule, Reason: "approved inline by " + call.Approval.By}
+		d = Decision{Effect: Allow, Rule: d.Rule, Reason: "approved inline by " + cmp.Or(call.Approval.By, caller.ID)}
 	}
-	*decision = d
+	p.decision = d
 	span.AddEvent("policy_decision", trace.WithAttributes(attribute.String("toolsvc.policy.decision", string(d.Effect)), attribute.String("toolsvc.policy.rule", d.Rule)))
 	if e.metrics != nil {
 		e.metrics.decisions.WithLabelValues(tool.Name, string(d.Effect)).Inc()
@@ -186,9 +249,12 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 	switch d.Effect {
 	case Allow:
 	case Ask:
-		return &Error{Code: CodePolicyDenied,
-			Message:    fmt.Sprintf("tool %s requires human approval (rule %s), and approval is not available for this call", tool.Name, d.Rule),
-			Suggestion: "Tell the user this action needs their approval, or use a tool that does not."}
+		if e.store == nil {
+			return &Error{Code: CodePolicyDenied,
+				Message:    fmt.Sprintf("tool %s requires human approval (rule %s), and this service keeps no approvals", tool.Name, d.Rule),
+				Suggestion: "Tell the user this action needs their approval, or use a tool that does not."}
+		}
+		return e.ask(ctx, caller, call, tool, d, p, res)
 	default:
 		msg := fmt.Sprintf("tool %s is denied by policy rule %s", tool.Name, d.Rule)
 		if d.Reason != "" {
@@ -196,25 +262,52 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 		}
 		return &Error{Code: CodePolicyDenied, Message: msg, Suggestion: "Do not retry this call; choose another approach or ask the user."}
 	}
-
-	if e.slots != nil {
-		select {
-		case e.slots <- struct{}{}:
-			defer func() { <-e.slots }()
-		default:
-			return ErrOverloaded
-		}
+	release, err := e.acquire()
+	if err != nil {
+		return err
 	}
+	defer release()
+	if durable {
+		rec, created, err := e.store.BeginCall(ctx, &CallRecord{
+			CallerID: caller.ID, ToolCallID: res.ToolCallID, ToolName: tool.Name, ArgumentsDigest: p.digest,
+			Arguments: args, Context: call.Context, State: CallRunning,
+		})
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if !created {
+			return e.replay(ctx, caller, rec, tool.Name, p, res)
+		}
+		p.recorded = true
+	}
+	return e.execute(ctx, tool, caller, res, args, call.Context, call.TimeoutMs)
+}
+
+// acquire takes one of the concurrency slots, or fails with ErrOverloaded.
+func (e *Executor) acquire() (release func(), err error) {
+	if e.slots == nil {
+		return func() {}, nil
+	}
+	select {
+	case e.slots <- struct{}{}:
+		return func() { <-e.slots }, nil
+	default:
+		return nil, ErrOverloaded
+	}
+}
+
+// execute runs an admitted call under its timeout and encodes its output.
+func (e *Executor) execute(ctx context.Context, tool *Tool, caller *Caller, res *Result, args json.RawMessage, cc CallContext, timeoutMs int64) error {
 	timeout := tool.Timeout
-	if call.TimeoutMs > 0 && time.Duration(call.TimeoutMs)*time.Millisecond < timeout {
-		timeout = time.Duration(call.TimeoutMs) * time.Millisecond
+	if timeoutMs > 0 && time.Duration(timeoutMs)*time.Millisecond < timeout {
+		timeout = time.Duration(timeoutMs) * time.Millisecond
 	}
 	if e.maxTime > 0 && timeout > e.maxTime {
 		timeout = e.maxTime
 	}
-	span.SetAttributes(attribute.Int64("toolsvc.timeout_ms", timeout.Milliseconds()))
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int64("toolsvc.timeout_ms", timeout.Milliseconds()))
 	out, err := e.invoke(ctx, tool, &Request{
-		Name: tool.Name, CallID: res.ToolCallID, Arguments: args, Context: call.Context,
+		Name: tool.Name, CallID: res.ToolCallID, Arguments: args, Context: cc,
 		MaxOutputBytes: tool.MaxOutputBytes,
 	}, timeout)
 	if err != nil {
@@ -288,8 +381,10 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, req *Request, timeout
 	}
 }
 
-// abandonGrace is how long a tool may take to return once its context ends.
-const abandonGrace = 100 * time.Millisecond
+// abandonGrace is how long a tool may take to return once its context
+// ends: long enough for a process sandbox to stop a process group
+// (SIGTERM, a grace, SIGKILL), so the answer comes after the cleanup.
+const abandonGrace = time.Second
 
 func timeoutError(tool *Tool, timeout time.Duration) *Error {
 	return &Error{Code: CodeTimeout,

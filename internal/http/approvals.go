@@ -1,0 +1,161 @@
+package http
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// maxWait bounds the long poll of GET /calls/{toolCallId}.
+const maxWait = 60 * time.Second
+
+func (s *Server) store() (registry.Store, error) {
+	st := s.deps.Executor.Store()
+	if st == nil {
+		return nil, errNotFound("this service keeps no call records")
+	}
+	return st, nil
+}
+
+// handleGetCall returns the stored result of an earlier call of this
+// caller; ?wait= long-polls while it runs or waits for approval.
+func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.store()
+	if err != nil {
+		return err
+	}
+	var wait time.Duration
+	if v := r.URL.Query().Get("wait"); v != "" {
+		if wait, err = time.ParseDuration(v); err != nil || wait < 0 {
+			return errBadRequest("invalid_parameter", `wait must be a duration such as "30s"`)
+		}
+		wait = min(wait, maxWait)
+	}
+	caller := CallerFrom(r.Context())
+	id := chi.URLParam(r, "toolCallId")
+	rec, err := st.GetCall(r.Context(), caller.ID, id)
+	if errors.Is(err, registry.ErrNotFound) {
+		return errNotFound("no call " + id + " of this caller is recorded (read_only calls are recorded only with \"record\": true)")
+	}
+	if err != nil {
+		return &Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", Detail: "the call store is not answering", RetryAfter: 1, Err: err}
+	}
+	if rec.State != registry.CallDone && wait > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		defer cancel()
+		if got, err := st.WaitCall(ctx, caller.ID, id); got != nil {
+			rec = got
+		} else if err != nil && ctx.Err() == nil {
+			return &Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", Detail: "the call store is not answering", RetryAfter: 1, Err: err}
+		}
+	}
+	res := rec.Result
+	if res == nil || rec.State == registry.CallRunning {
+		res = &registry.Result{ToolCallID: rec.ToolCallID, ToolName: rec.ToolName, Status: registry.StatusRunning}
+	}
+	status := http.StatusOK
+	if rec.State != registry.CallDone {
+		status = http.StatusAccepted
+	}
+	return encode(w, status, res)
+}
+
+// approvalList is the body of GET /approvals.
+type approvalList struct {
+	Approvals []*registry.Approval `json:"approvals"`
+}
+
+// canSeeAll: approvers and admins see every caller's requests; others
+// only their own.
+func canSeeAll(c *registry.Caller) bool {
+	return c.Has(registry.ScopeApprove) || c.Has(registry.ScopeAdmin)
+}
+
+func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.store()
+	if err != nil {
+		return err
+	}
+	f := registry.ApprovalFilter{Status: registry.ApprovalPending, Limit: 1000}
+	switch v := r.URL.Query().Get("status"); v {
+	case "":
+	case "all":
+		f.Status = ""
+	default:
+		if f.Status, err = registry.ParseApprovalStatus(v); err != nil {
+			return errBadRequest("invalid_parameter", err.Error()+" or all")
+		}
+	}
+	caller := CallerFrom(r.Context())
+	if !canSeeAll(caller) {
+		f.CallerID = caller.ID
+	}
+	list, err := st.ListApprovals(r.Context(), f)
+	if err != nil {
+		return &Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", Detail: "the call store is not answering", RetryAfter: 1, Err: err}
+	}
+	if list == nil {
+		list = []*registry.Approval{}
+	}
+	return encode(w, http.StatusOK, approvalList{Approvals: list})
+}
+
+func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.store()
+	if err != nil {
+		return err
+	}
+	id := chi.URLParam(r, "id")
+	a, err := st.GetApproval(r.Context(), id)
+	caller := CallerFrom(r.Context())
+	if errors.Is(err, registry.ErrNotFound) || (err == nil && !canSeeAll(caller) && a.CallerID != caller.ID) {
+		return errNotFound("no approval request " + id)
+	}
+	if err != nil {
+		return &Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", Detail: "the call store is not answering", RetryAfter: 1, Err: err}
+	}
+	return encode(w, http.StatusOK, a)
+}
+
+// decision is the body of POST /approvals/{id}.
+type decision struct {
+	Decision registry.Verdict `json:"decision"`
+	Reason   string           `json:"reason"`
+}
+
+// handleDecide approves or denies a request and answers with the call's
+// result: on approve, the result of running it.
+func (s *Server) handleDecide(w http.ResponseWriter, r *http.Request) error {
+	body, err := s.readJSON(w, r)
+	if err != nil {
+		return err
+	}
+	var d decision
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return errBadRequest("invalid_decision", `send {"decision": "approve" | "deny", "reason": "..."}: `+err.Error())
+	}
+	if d.Decision != registry.VerdictApprove && d.Decision != registry.VerdictDeny {
+		return errBadRequest("invalid_decision", `decision must be "approve" or "deny"`)
+	}
+	if len(d.Reason) > 1000 {
+		return errBadRequest("invalid_decision", "reason is longer than 1000 characters")
+	}
+	id := chi.URLParam(r, "id")
+	_, res, err := s.deps.Executor.Decide(r.Context(), CallerFrom(r.Context()), id, d.Decision, d.Reason)
+	if errors.Is(err, registry.ErrNotFound) || errors.Is(err, registry.ErrNoStore) {
+		return errNotFound("no approval request " + id)
+	}
+	if err != nil {
+		return &Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", Detail: "the call store is not answering", RetryAfter: 1, Err: err}
+	}
+	return encode(w, resultStatus(res), res)
+}

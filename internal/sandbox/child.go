@@ -1,0 +1,79 @@
+package sandbox
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ChildCommand is the first argument with which the sandbox re-executes the
+// toolsvc binary. The main program must hand the remaining arguments to
+// RunChild when it sees it:
+//
+//	if len(os.Args) > 1 && os.Args[1] == sandbox.ChildCommand {
+//		err := sandbox.RunChild(os.Args[2:])
+//		fmt.Fprintln(os.Stderr, "toolsvc:", err)
+//		os.Exit(125)
+//	}
+const ChildCommand = "__sandbox-exec"
+
+// childConfig is what the parent tells the child to apply before it
+// executes the program.
+type childConfig struct {
+	// Path is the absolute path of the program.
+	Path string `json:"path"`
+	// Landlock says whether to build a Landlock domain; ABI is the
+	// kernel's version as probed by the parent.
+	Landlock bool `json:"landlock"`
+	ABI      int  `json:"abi"`
+	// Strict applies exactly the parent's ABI and fails on anything that
+	// cannot be enforced (mode required); otherwise best effort.
+	Strict bool `json:"strict"`
+	// ReadOnly are extra readable paths, ReadWrite the writable ones, Exec
+	// the files and directories that may be executed.
+	ReadOnly  []string `json:"ro,omitempty"`
+	ReadWrite []string `json:"rw,omitempty"`
+	Exec      []string `json:"exec,omitempty"`
+	Limits    Limits   `json:"limits"`
+}
+
+func (c *childConfig) encode() (string, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+func decodeChildConfig(s string) (*childConfig, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox child: bad configuration: %w", err)
+	}
+	var c childConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("sandbox child: bad configuration: %w", err)
+	}
+	if c.Path == "" {
+		return nil, errors.New("sandbox child: no program path")
+	}
+	return &c, nil
+}
+
+// RunChild is the child side of the sandbox: args are the arguments after
+// ChildCommand ("<config> -- argv..."). It applies resource limits and the
+// Landlock ruleset to its own process and then replaces itself with the
+// program, so it returns only on failure; the caller should then exit
+// with status 125. A failure is also reported to the parent on the
+// set-up pipe, so the parent can tell it from the program's own exit.
+func RunChild(args []string) error {
+	if len(args) < 3 || args[1] != "--" {
+		return reportSetup(errors.New("sandbox child: usage: " + ChildCommand + " <config> -- program [args...]"))
+	}
+	cfg, err := decodeChildConfig(args[0])
+	if err != nil {
+		return reportSetup(err)
+	}
+	return reportSetup(runChild(cfg, args[2:]))
+}

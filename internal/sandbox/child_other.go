@@ -1,0 +1,29 @@
+//go:build !linux
+
+package sandbox
+
+import (
+	"errors"
+	"os/exec"
+)
+
+// Probe asks the kernel which Landlock ABI it supports; Landlock exists
+// only on Linux.
+func Probe() ProbeResult {
+	return ProbeResult{Err: errors.New("Landlock needs Linux")}
+}
+
+func reportSetup(err error) error { return err }
+
+func runChild(*childConfig, []string) error {
+	return errors.New("sandbox child: kernel confinement needs Linux; use mode off")
+}
+
+// waitAndKillGroup waits for the program. Without waitid(WNOWAIT) the
+// group cannot be killed safely after the leader exits, so leftovers are
+// only killed on cancellation.
+func waitAndKillGroup(cmd *exec.Cmd, g *group) error {
+	err := cmd.Wait()
+	g.finish(cmd.Process.Pid, false)
+	return err
+}

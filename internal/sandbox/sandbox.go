@@ -1,0 +1,569 @@
+// Package sandbox runs one external program safely: argv only (never a
+// shell), in its own process group that is killed as a whole on timeout,
+// with a scrubbed environment, bounded capture of stdout and stderr, and,
+// where the kernel allows, confinement by Landlock and resource limits.
+//
+// Kernel confinement is applied by re-executing the toolsvc binary itself:
+// the child is started as "SelfExe __sandbox-exec <config> -- argv...",
+// restricts itself (rlimits, Landlock) and then replaces itself with the
+// program. The main program must therefore call RunChild when its first
+// argument is ChildCommand, before doing anything else.
+package sandbox
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Mode says how much kernel confinement a sandbox insists on.
+type Mode string
+
+// The sandbox modes.
+const (
+	// ModeRequired refuses to run programs unless Landlock is available;
+	// every layer is applied strictly for the kernel's Landlock ABI.
+	ModeRequired Mode = "required"
+	// ModeBestEffort applies whatever the kernel supports (possibly
+	// nothing but resource limits) and says so in Status.
+	ModeBestEffort Mode = "best-effort"
+	// ModeOff runs programs in their own process group with a scrubbed
+	// environment, but with no Landlock, no resource limits and no
+	// privilege drop.
+	ModeOff Mode = "off"
+)
+
+// ParseMode returns the mode named s; "" is ModeBestEffort.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(strings.ToLower(strings.TrimSpace(s))); m {
+	case "":
+		return ModeBestEffort, nil
+	case ModeRequired, ModeBestEffort, ModeOff:
+		return m, nil
+	}
+	return "", fmt.Errorf("sandbox: unknown mode %q (want required, best-effort or off)", s)
+}
+
+// DefaultPath is the only PATH programs see and the only place program
+// names are looked up.
+const DefaultPath = "/usr/local/bin:/usr/bin:/bin"
+
+// DefaultKillGrace is how long a process group has between SIGTERM and
+// SIGKILL when its context ends.
+const DefaultKillGrace = 500 * time.Millisecond
+
+// Limits are resource limits (setrlimit) applied to each program; zero
+// leaves a limit as inherited.
+type Limits struct {
+	// CPUSeconds is RLIMIT_CPU: processor time, in seconds.
+	CPUSeconds uint64
+	// AddressSpaceBytes is RLIMIT_AS: virtual memory.
+	AddressSpaceBytes uint64
+	// FileSizeBytes is RLIMIT_FSIZE: the largest file a program may write.
+	FileSizeBytes uint64
+	// Processes is RLIMIT_NPROC. The kernel counts every process of the
+	// real user, not only the program's, and ignores it for root.
+	Processes uint64
+}
+
+// Options configure a Sandbox.
+type Options struct {
+	// Mode is required, best-effort (the zero value) or off.
+	Mode Mode
+	// SelfExe is the path of the toolsvc binary, re-executed to confine
+	// each program (usually os.Executable()). Required unless Mode is off.
+	SelfExe string
+	// ReadOnlyDirs are extra files or directories programs may read
+	// (besides the system directories needed to run programs).
+	ReadOnlyDirs []string
+	// Limits are the resource limits of each program.
+	Limits Limits
+	// KillGrace is the time between SIGTERM and SIGKILL; 0 is
+	// DefaultKillGrace.
+	KillGrace time.Duration
+	// Logger receives one line when the sandbox is created; nil discards.
+	Logger *slog.Logger
+}
+
+// Sandbox runs programs under one configuration. It is safe for
+// concurrent use.
+type Sandbox struct {
+	mode     Mode
+	selfExe  string
+	readOnly []string
+	limits   Limits
+	grace    time.Duration
+	status   Status
+}
+
+// New returns a sandbox. In ModeRequired it fails when the kernel has no
+// Landlock; in every mode but off it fails without SelfExe.
+func New(o Options) (*Sandbox, error) {
+	mode, err := ParseMode(string(o.Mode))
+	if err != nil {
+		return nil, err
+	}
+	s := &Sandbox{mode: mode, limits: o.Limits, grace: cmp.Or(o.KillGrace, DefaultKillGrace)}
+	for _, d := range o.ReadOnlyDirs {
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: read-only path %q: %w", d, err)
+		}
+		s.readOnly = append(s.readOnly, abs)
+	}
+	if mode != ModeOff {
+		if o.SelfExe == "" {
+			return nil, errors.New("sandbox: SelfExe (the path of the toolsvc binary) is required unless the mode is off")
+		}
+		abs, err := filepath.Abs(o.SelfExe)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: SelfExe: %w", err)
+		}
+		if fi, err := os.Stat(abs); err != nil || !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("sandbox: SelfExe %q is not a regular file", o.SelfExe)
+		}
+		s.selfExe = abs
+	}
+	s.status = s.computeStatus(Probe())
+	if mode == ModeRequired && s.status.LandlockABI < 1 {
+		return nil, fmt.Errorf("sandbox: mode required but Landlock is unavailable (%s); use a kernel with Landlock enabled, or mode best-effort", s.status.Reason)
+	}
+	if o.Logger != nil {
+		o.Logger.Info("sandbox", s.status.LogAttrs()...)
+	}
+	return s, nil
+}
+
+// Mode returns the sandbox's mode.
+func (s *Sandbox) Mode() Mode { return s.mode }
+
+// ProbeResult is what the kernel offers.
+type ProbeResult struct {
+	// LandlockABI is the kernel's Landlock ABI version; 0 when Landlock is
+	// unavailable.
+	LandlockABI int
+	// Err says why Landlock is unavailable.
+	Err error
+}
+
+// Status reports which confinement layers the sandbox applies to each
+// program, for start-up logs and readiness details.
+type Status struct {
+	Mode Mode `json:"mode"`
+	// LandlockABI is the Landlock ABI version the kernel supports (0: none).
+	LandlockABI int `json:"landlockAbi"`
+	// Landlock reports whether programs run in a Landlock domain.
+	Landlock bool `json:"landlock"`
+	// FSRules: programs may read only system directories, execute only
+	// the program itself, and write only their workspace.
+	FSRules bool `json:"fsRules"`
+	// NetRules: programs may not connect or bind TCP sockets (ABI 4+).
+	NetRules bool `json:"netRules"`
+	// UDPRules: programs may not use UDP (ABI 10+).
+	UDPRules bool `json:"udpRules"`
+	// Scoped: programs may not signal processes or reach abstract UNIX
+	// sockets outside their domain (ABI 6+).
+	Scoped bool `json:"scoped"`
+	// NoPrivileges: programs run with no_new_privs and no capabilities
+	// (also when the service runs as root).
+	NoPrivileges bool `json:"noPrivileges"`
+	// Rlimits lists the resource limits applied.
+	Rlimits []string `json:"rlimits"`
+	// Reason explains layers that are missing.
+	Reason string `json:"reason,omitempty"`
+}
+
+// LogAttrs returns the status as log attributes.
+func (st Status) LogAttrs() []any {
+	return []any{
+		slog.String("mode", string(st.Mode)), slog.Int("landlockAbi", st.LandlockABI),
+		slog.Bool("landlock", st.Landlock), slog.Bool("fsRules", st.FSRules),
+		slog.Bool("netRules", st.NetRules), slog.Bool("udpRules", st.UDPRules), slog.Bool("scoped", st.Scoped),
+		slog.Bool("noPrivileges", st.NoPrivileges), slog.String("rlimits", strings.Join(st.Rlimits, ",")),
+		slog.String("reason", st.Reason),
+	}
+}
+
+// Status returns the layers the sandbox applies.
+func (s *Sandbox) Status() Status {
+	st := s.status
+	st.Rlimits = slices.Clone(st.Rlimits)
+	return st
+}
+
+func (s *Sandbox) computeStatus(p ProbeResult) Status {
+	st := Status{Mode: s.mode, LandlockABI: p.LandlockABI}
+	if s.mode == ModeOff {
+		st.Reason = "sandbox mode is off: process group and scrubbed environment only"
+		return st
+	}
+	st.Rlimits = s.limits.names()
+	st.NoPrivileges = runtime.GOOS == "linux"
+	if p.LandlockABI < 1 {
+		st.Reason = "Landlock unavailable"
+		if p.Err != nil {
+			st.Reason += ": " + p.Err.Error()
+		}
+		return st
+	}
+	st.Landlock, st.FSRules = true, true
+	st.NetRules = p.LandlockABI >= 4
+	st.Scoped = p.LandlockABI >= 6
+	st.UDPRules = p.LandlockABI >= 10
+	var missing []string
+	if !st.NetRules {
+		missing = append(missing, "TCP (needs ABI 4)")
+	}
+	if !st.Scoped {
+		missing = append(missing, "signal/abstract-socket scoping (needs ABI 6)")
+	}
+	if !st.UDPRules {
+		missing = append(missing, "UDP (needs ABI 10)")
+	}
+	if len(missing) > 0 {
+		st.Reason = "not restricted by this kernel's Landlock: " + strings.Join(missing, ", ")
+	}
+	return st
+}
+
+func (l Limits) names() []string {
+	names := []string{"core=0"}
+	if l.CPUSeconds > 0 {
+		names = append(names, fmt.Sprintf("cpu=%ds", l.CPUSeconds))
+	}
+	if l.AddressSpaceBytes > 0 {
+		names = append(names, fmt.Sprintf("as=%d", l.AddressSpaceBytes))
+	}
+	if l.FileSizeBytes > 0 {
+		names = append(names, fmt.Sprintf("fsize=%d", l.FileSizeBytes))
+	}
+	if l.Processes > 0 {
+		names = append(names, fmt.Sprintf("nproc=%d", l.Processes))
+	}
+	return names
+}
+
+// Spec is one program to run.
+type Spec struct {
+	// Args is argv. Args[0] is looked up in DefaultPath unless it is an
+	// absolute path.
+	Args []string
+	// Workspace is the directory the program may write (and HOME and
+	// TMPDIR). Required.
+	Workspace string
+	// Dir is the working directory; "" is Workspace.
+	Dir string
+	// Env holds extra NAME=value pairs, already allowlisted by the caller.
+	// PATH, HOME, LANG and TMPDIR are fixed, and names the dynamic loader
+	// or C library would use to load code (LD_*, GCONV_PATH, ...) are
+	// refused.
+	Env []string
+	// Stdin is the program's input; nil is empty input.
+	Stdin io.Reader
+	// Stdout and Stderr receive the program's output when set; when nil,
+	// the output is captured in Result, bounded by MaxOutputBytes.
+	Stdout, Stderr io.Writer
+	// MaxOutputBytes bounds each captured stream; 0 is 64 KiB.
+	MaxOutputBytes int
+	// AllowExec lists further files or directories the program may
+	// execute (the program itself always may), such as the interpreter
+	// of a script (see ExecDeps).
+	AllowExec []string
+	// ReadOnly lists further files or directories this program may read,
+	// besides the sandbox's ReadOnlyDirs and the system directories.
+	ReadOnly []string
+}
+
+// Result is what a program did.
+type Result struct {
+	// ExitCode is the exit status, or 128+signal when a signal ended it.
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+	// StdoutTruncated and StderrTruncated report captured streams cut at
+	// MaxOutputBytes; the Dropped counts are the bytes not kept.
+	StdoutTruncated, StderrTruncated bool
+	StdoutDropped, StderrDropped     int64
+	Duration                         time.Duration
+}
+
+// ErrNotFound means the program is not in DefaultPath.
+var ErrNotFound = errors.New("program not found")
+
+// ErrSetup means the sandbox could not confine or start the program; the
+// program did not run.
+var ErrSetup = errors.New("sandbox set-up failed")
+
+// LookPath finds name in DefaultPath (an absolute name is checked as is).
+// It returns the absolute path of a regular, executable file.
+func LookPath(name string) (string, error) {
+	if name == "" {
+		return "", fmt.Errorf("%w: empty program name", ErrNotFound)
+	}
+	if strings.Contains(name, "/") {
+		if !filepath.IsAbs(name) {
+			return "", fmt.Errorf("%w: %q is a relative path; give a program name or an absolute path", ErrNotFound, name)
+		}
+		if executable(name) {
+			return filepath.Clean(name), nil
+		}
+		return "", fmt.Errorf("%w: %s is not an executable file", ErrNotFound, name)
+	}
+	for _, dir := range filepath.SplitList(DefaultPath) {
+		p := filepath.Join(dir, name)
+		if executable(p) {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w: %q is not installed in %s", ErrNotFound, name, DefaultPath)
+}
+
+// execSet is what the program may execute: itself, the dynamic loader
+// named in its ELF header (the kernel opens it for execution too), and
+// what the caller allows.
+func execSet(path string, extra []string) []string {
+	set := []string{path}
+	if f, err := elf.Open(path); err == nil {
+		defer f.Close()
+		for _, p := range f.Progs {
+			if p.Type != elf.PT_INTERP {
+				continue
+			}
+			b, err := io.ReadAll(io.LimitReader(p.Open(), 4096))
+			if err == nil {
+				if interp := string(bytes.TrimRight(b, "\x00")); filepath.IsAbs(interp) {
+					set = append(set, interp)
+				}
+			}
+		}
+	}
+	return append(set, extra...)
+}
+
+func executable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}
+
+// CheckEnvName reports whether a program may be given the variable name:
+// the fixed names and those that make the dynamic loader or the C library
+// load code or files of the caller's choosing are refused.
+func CheckEnvName(name string) error {
+	if name == "" || strings.ContainsAny(name, "=\x00") {
+		return fmt.Errorf("invalid environment variable name %q", name)
+	}
+	if slices.Contains([]string{"PATH", "HOME", "LANG", "TMPDIR"}, name) {
+		return fmt.Errorf("environment variable %s is fixed by the sandbox", name)
+	}
+	// glibc's list of variables it ignores in secure (setuid) mode, plus
+	// the shell start-up hooks.
+	unsafe := []string{"GCONV_PATH", "GETCONF_DIR", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH",
+		"MALLOC_TRACE", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR",
+		"BASH_ENV", "ENV", "GLIBC_TUNABLES", "IFS", "CDPATH"}
+	if strings.HasPrefix(name, "LD_") || slices.Contains(unsafe, name) {
+		return fmt.Errorf("environment variable %s is refused: it can make programs load code or files of the caller's choosing", name)
+	}
+	return nil
+}
+
+func (s *Sandbox) environ(sp *Spec) ([]string, error) {
+	env := []string{"PATH=" + DefaultPath, "HOME=" + sp.Workspace, "LANG=C.UTF-8", "TMPDIR=" + sp.Workspace}
+	for _, kv := range sp.Env {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("environment entry %q is not NAME=value", kv)
+		}
+		if err := CheckEnvName(name); err != nil {
+			return nil, err
+		}
+		env = append(env, kv)
+	}
+	return env, nil
+}
+
+// Run runs one program and waits for it. When ctx ends first, the
+// program's whole process group gets SIGTERM, then SIGKILL after the
+// grace period, and Run returns the partial result with an error that
+// wraps ctx.Err(). When the program exits, anything it left running in
+// its process group is killed. A non-zero exit is not an error.
+func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
+	var res Result
+	if len(sp.Args) == 0 {
+		return res, fmt.Errorf("%w: no program given", ErrSetup)
+	}
+	if sp.Workspace == "" || !filepath.IsAbs(sp.Workspace) {
+		return res, fmt.Errorf("%w: the workspace must be an absolute directory, got %q", ErrSetup, sp.Workspace)
+	}
+	for _, p := range sp.ReadOnly {
+		if !filepath.IsAbs(p) {
+			return res, fmt.Errorf("%w: readable path %q is not absolute", ErrSetup, p)
+		}
+	}
+	path, err := LookPath(sp.Args[0])
+	if err != nil {
+		return res, err
+	}
+	env, err := s.environ(&sp)
+	if err != nil {
+		return res, fmt.Errorf("%w: %v", ErrSetup, err)
+	}
+	dir := cmp.Or(sp.Dir, sp.Workspace)
+	limit := sp.MaxOutputBytes
+	if limit <= 0 {
+		limit = 64 << 10
+	}
+
+	var cmd *exec.Cmd
+	var setupR *os.File
+	if s.mode == ModeOff {
+		cmd = exec.CommandContext(ctx, path)
+		cmd.Args = sp.Args
+	} else {
+		cfg := childConfig{
+			Path:      path,
+			Landlock:  s.status.Landlock,
+			ABI:       s.status.LandlockABI,
+			Strict:    s.mode == ModeRequired,
+			ReadOnly:  slices.Concat(s.readOnly, sp.ReadOnly),
+			ReadWrite: []string{sp.Workspace},
+			Exec:      execSet(path, sp.AllowExec),
+			Limits:    s.limits,
+		}
+		enc, err := cfg.encode()
+		if err != nil {
+			return res, fmt.Errorf("%w: %v", ErrSetup, err)
+		}
+		cmd = exec.CommandContext(ctx, s.selfExe, append([]string{ChildCommand, enc, "--"}, sp.Args...)...)
+		r, w, err := os.Pipe()
+		if err != nil {
+			return res, fmt.Errorf("%w: %v", ErrSetup, err)
+		}
+		defer r.Close()
+		defer w.Close()
+		setupR = r
+		cmd.ExtraFiles = []*os.File{w} // fd 3 in the child
+	}
+	cmd.Dir = dir
+	cmd.Env = env
+	cmd.Stdin = sp.Stdin
+	var outCap, errCap *Capture
+	cmd.Stdout, cmd.Stderr = sp.Stdout, sp.Stderr
+	if cmd.Stdout == nil {
+		outCap = NewCapture(limit)
+		cmd.Stdout = outCap
+	}
+	if cmd.Stderr == nil {
+		errCap = NewCapture(limit)
+		cmd.Stderr = errCap
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	g := &group{grace: s.grace}
+	cmd.Cancel = func() error { return g.cancel(cmd.Process.Pid) }
+	// Backstop: if the group ignores SIGKILL's effects on its pipes (a
+	// process that escaped the group still holds them), stop waiting.
+	cmd.WaitDelay = 2*s.grace + time.Second
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("%s not started: %w", sp.Args[0], ctx.Err())
+		}
+		return res, fmt.Errorf("%w: start %s: %v", ErrSetup, sp.Args[0], err)
+	}
+	var setupErr error
+	if setupR != nil {
+		cmd.ExtraFiles[0].Close() // the child holds its own copy
+		// The child writes here only when it fails; a successful exec
+		// closes its copy (close-on-exec), so this reads EOF.
+		msg, _ := io.ReadAll(io.LimitReader(setupR, 4096))
+		if len(msg) > 0 {
+			setupErr = fmt.Errorf("%w: %s", ErrSetup, bytes.TrimSpace(msg))
+		}
+	}
+	werr := waitAndKillGroup(cmd, g)
+	res.Duration = time.Since(start)
+	if outCap != nil {
+		res.Stdout, res.StdoutTruncated, res.StdoutDropped = outCap.Bytes(), outCap.Truncated(), outCap.Dropped()
+	}
+	if errCap != nil {
+		res.Stderr, res.StderrTruncated, res.StderrDropped = errCap.Bytes(), errCap.Truncated(), errCap.Dropped()
+	}
+	if ps := cmd.ProcessState; ps != nil {
+		res.ExitCode = ps.ExitCode()
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.ExitCode = 128 + int(ws.Signal())
+		}
+	}
+	switch {
+	case setupErr != nil:
+		return res, setupErr
+	case ctx.Err() != nil && g.canceled():
+		return res, fmt.Errorf("%s stopped: %w", sp.Args[0], ctx.Err())
+	case werr != nil && !errors.As(werr, new(*exec.ExitError)) && !errors.Is(werr, exec.ErrWaitDelay):
+		return res, fmt.Errorf("%s: %w", sp.Args[0], werr)
+	}
+	return res, nil
+}
+
+// group signals one process group, never after its leader was reaped.
+type group struct {
+	grace time.Duration
+
+	mu        sync.Mutex
+	done      bool
+	cancelled bool
+	timer     *time.Timer
+}
+
+func (g *group) cancel(pgid int) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.done || g.cancelled {
+		return nil
+	}
+	g.cancelled = true
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	g.timer = time.AfterFunc(g.grace, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if !g.done {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	})
+	return nil
+}
+
+// finish marks the leader as gone and, with kill, kills whatever is left
+// of the group: the leader has exited but is not reaped yet, so pgid
+// still names this group.
+func (g *group) finish(pgid int, kill bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if kill {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	g.done = true
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+}
+
+func (g *group) canceled() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cancelled
+}

@@ -1,0 +1,868 @@
+// Package postgres is the registry.Store that several replicas share: a
+// PostgreSQL database reached through a pgx connection pool. Races between
+// replicas are settled by the database: BeginCall is an INSERT … ON
+// CONFLICT DO NOTHING, every state change is an UPDATE conditional on the
+// state it leaves, and approvals move with UPDATE … WHERE status =
+// 'pending' RETURNING. Waiters in other replicas are woken with
+// LISTEN/NOTIFY, and poll with backoff besides. Calls left running by a
+// replica that died are found by their lease: the owning store renews the
+// leases of its running calls while its process lives.
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"embed"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Options configure the PostgreSQL store.
+type Options struct {
+	// URL is the connection string (postgres://… or key=value), required.
+	URL string
+	// Schema, when set, is created if missing and used as the search_path
+	// of every connection, so several deployments (or test runs) can share
+	// a database.
+	Schema string
+	// MaxConns bounds the pool; 0 keeps pgx's default (the larger of 4 and
+	// the number of CPUs).
+	MaxConns int32
+	// InstanceID names this replica as the owner of the calls it runs; ""
+	// picks a random one at every Open. Set it to a name that is stable
+	// across restarts (a StatefulSet pod name) only if no two live replicas
+	// can share it: then InterruptRunning also ends, at once, the calls an
+	// earlier life of this replica left running.
+	InstanceID string
+	// Lease is how long a running call stays claimed without renewal; 0
+	// means 30s. The store renews its calls every Lease/3. A call whose
+	// replica died is interrupted once its lease has lapsed; replicas'
+	// clocks must agree to well within a lease.
+	Lease time.Duration
+	// MaxPoll is the longest pause between two reads of a waited call
+	// besides notifications; 0 means 2s.
+	MaxPoll time.Duration
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+	// Logger receives listener and lease renewal failures; nil discards.
+	Logger *slog.Logger
+}
+
+// Store is the PostgreSQL store. It implements registry.Store.
+type Store struct {
+	pool    *pgxpool.Pool
+	connCfg *pgx.ConnConfig
+	channel string
+	id      string
+	opened  time.Time
+	now     func() time.Time
+	lease   time.Duration
+	maxPoll time.Duration
+	log     *slog.Logger
+	hub     *store.Hub
+	leases  *store.Leases
+
+	notifications atomic.Uint64
+
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+var _ registry.Store = (*Store)(nil)
+
+// plainIdentifier reports whether s is a PostgreSQL identifier that needs
+// no quoting: a letter or _, then letters, digits or _, at most 63 bytes.
+func plainIdentifier(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Open connects, applies pending migrations under an advisory lock (so
+// replicas starting together do not race), and starts the notification
+// listener and lease renewal. The main program should call
+// InterruptRunning after Open, and run store.RunRetention beside it.
+func Open(ctx context.Context, o Options) (*Store, error) {
+	if o.URL == "" {
+		return nil, errors.New("postgres store: no URL")
+	}
+	cfg, err := pgxpool.ParseConfig(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres store: %w", err)
+	}
+	if o.Schema != "" {
+		if !plainIdentifier(o.Schema) {
+			return nil, fmt.Errorf("postgres store: schema %q must be a plain identifier (letters, digits, _; at most 63)", o.Schema)
+		}
+		cfg.ConnConfig.RuntimeParams["search_path"] = o.Schema
+	}
+	if o.MaxConns > 0 {
+		cfg.MaxConns = o.MaxConns
+	}
+	s := &Store{
+		connCfg: cfg.ConnConfig.Copy(),
+		id:      o.InstanceID,
+		now:     o.Now,
+		lease:   cmp.Or(o.Lease, 30*time.Second),
+		maxPoll: cmp.Or(o.MaxPoll, 2*time.Second),
+		log:     cmp.Or(o.Logger, slog.New(slog.DiscardHandler)),
+		hub:     store.NewHub(),
+		leases:  store.NewLeases(),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.id == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		s.id = "pg-" + hex.EncodeToString(b[:])
+	}
+	s.opened = s.clock()
+	s.pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres store: %w", err)
+	}
+	if err := s.migrate(ctx, o.Schema); err != nil {
+		s.pool.Close()
+		return nil, fmt.Errorf("postgres store: %w", err)
+	}
+	var schema *string
+	if err := s.pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil || schema == nil {
+		s.pool.Close()
+		return nil, fmt.Errorf("postgres store: no current schema (check search_path): %v", err)
+	}
+	sum := sha256.Sum256([]byte(*schema))
+	s.channel = "toolsvc_calls_" + hex.EncodeToString(sum[:8])
+	// The first LISTEN happens before Open returns, so notifications reach
+	// this store from the moment it is in use.
+	conn, err := s.subscribe(ctx)
+	if err != nil {
+		s.pool.Close()
+		return nil, fmt.Errorf("postgres store: listening for notifications: %w", err)
+	}
+	bg, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		s.listen(bg, conn)
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.leases.Renew(bg, s.lease/3, s.log, s.renew)
+	}()
+	return s, nil
+}
+
+// InstanceID returns the id this store records as the owner of the calls
+// it runs.
+func (s *Store) InstanceID() string { return s.id }
+
+func lockKey(schema string) int64 {
+	sum := sha256.Sum256([]byte("toolsvc.migrate\x00" + schema))
+	return int64(binary.BigEndian.Uint64(sum[:8]))
+}
+
+// migrate applies pending migrations on one connection holding a
+// session-level advisory lock, each migration in its own transaction.
+func (s *Store) migrate(ctx context.Context, schema string) error {
+	ms, err := store.ReadMigrations(migrationFiles, "migrations")
+	if err != nil {
+		return err
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	key := lockKey(schema)
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, key); err != nil {
+		conn.Release()
+		return fmt.Errorf("taking the migration lock: %w", err)
+	}
+	defer func() {
+		if _, err := conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, key); err != nil {
+			// Closing the session is what frees a session lock for sure.
+			_ = conn.Hijack().Close(context.Background())
+			return
+		}
+		conn.Release()
+	}()
+	if schema != "" {
+		if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()); err != nil {
+			return fmt.Errorf("creating schema %s: %w", schema, err)
+		}
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("creating schema_migrations: %w", err)
+	}
+	var top int
+	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&top); err != nil {
+		return err
+	}
+	if top > len(ms) {
+		return fmt.Errorf("database schema is at version %d, newer than this program knows (%d); run a newer toolsvc", top, len(ms))
+	}
+	for _, m := range ms[top:] {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+// listen keeps one connection LISTENing on the store's channel and wakes
+// local waiters for every notification; after each (re)connection it wakes
+// them all, since notifications sent meanwhile are lost.
+func (s *Store) listen(ctx context.Context, conn *pgx.Conn) {
+	backoff := 100 * time.Millisecond
+	for {
+		err := s.receive(ctx, conn)
+		conn.Close(context.Background())
+		for {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("store: notification listener lost its connection; reconnecting", "err", err, "retryIn", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 10*time.Second)
+			if conn, err = s.subscribe(ctx); err == nil {
+				break
+			}
+		}
+		backoff = 100 * time.Millisecond
+		// Notifications sent while no connection listened are lost.
+		s.hub.NotifyAll()
+	}
+}
+
+// subscribe opens a connection outside the pool and LISTENs on it.
+func (s *Store) subscribe(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.connCfg.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, `LISTEN `+s.channel); err != nil {
+		conn.Close(context.Background())
+		return nil, err
+	}
+	return conn, nil
+}
+
+// receive wakes local waiters for every notification until the connection
+// fails or ctx ends.
+func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		s.notifications.Add(1)
+		s.hub.Notify(n.Payload)
+	}
+}
+
+// Notifications returns how many notifications this store has received
+// from the database (its own included), for tests and metrics.
+func (s *Store) Notifications() uint64 { return s.notifications.Load() }
+
+func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+func utc(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// nullTime stores the zero time as NULL.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := utc(t)
+	return &u
+}
+
+func fromNull(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+const callColumns = `caller_id, tool_call_id, tool_name, arguments_digest, arguments, context, state, result,
+	approval_id, owner, created_at, updated_at, expires_at`
+
+func scanCall(row pgx.Row) (*registry.CallRecord, error) {
+	var (
+		c                     registry.CallRecord
+		args, ctxJSON, result []byte
+		expires               *time.Time
+	)
+	err := row.Scan(&c.CallerID, &c.ToolCallID, &c.ToolName, &c.ArgumentsDigest, &args, &ctxJSON, &c.State, &result,
+		&c.ApprovalID, &c.Owner, &c.CreatedAt, &c.UpdatedAt, &expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, registry.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.Arguments = args
+	if c.Context, err = store.DecodeContext(ctxJSON); err != nil {
+		return nil, err
+	}
+	if c.Result, err = store.DecodeResult(result); err != nil {
+		return nil, err
+	}
+	c.CreatedAt, c.UpdatedAt, c.ExpiresAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC(), fromNull(expires)
+	return &c, nil
+}
+
+func (s *Store) getCall(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, callerID, toolCallID string) (*registry.CallRecord, error) {
+	return scanCall(q.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE caller_id = $1 AND tool_call_id = $2`, callerID, toolCallID))
+}
+
+// BeginCall implements registry.Store with INSERT … ON CONFLICT DO
+// NOTHING: of concurrent inserts on one key exactly one succeeds, and the
+// others wait for it to commit and then read its record.
+func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*registry.CallRecord, bool, error) {
+	if err := store.CheckBegin(rec); err != nil {
+		return nil, false, err
+	}
+	for attempt := 0; ; attempt++ {
+		now := s.clock()
+		c := *rec
+		c.Arguments = store.Arguments(rec.Arguments)
+		c.CreatedAt, c.UpdatedAt = now, now
+		if c.State == registry.CallRunning {
+			c.Owner, c.ExpiresAt, c.Result = s.id, now.Add(s.lease), nil
+		} else {
+			c.Owner, c.ExpiresAt = "", utc(rec.ExpiresAt)
+		}
+		result, err := store.EncodeResult(c.Result)
+		if err != nil {
+			return nil, false, err
+		}
+		tag, err := s.pool.Exec(ctx, `INSERT INTO calls (`+callColumns+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12)
+			ON CONFLICT (caller_id, tool_call_id) DO NOTHING`,
+			c.CallerID, c.ToolCallID, c.ToolName, c.ArgumentsDigest, []byte(c.Arguments), store.EncodeContext(c.Context),
+			string(c.State), result, c.ApprovalID, c.Owner, now, nullTime(c.ExpiresAt))
+		if err != nil {
+			return nil, false, err
+		}
+		if tag.RowsAffected() == 1 {
+			if c.State == registry.CallRunning {
+				s.leases.Add(store.Key(c.CallerID, c.ToolCallID))
+			}
+			return &c, true, nil
+		}
+		existing, err := s.getCall(ctx, s.pool, c.CallerID, c.ToolCallID)
+		if errors.Is(err, registry.ErrNotFound) && attempt < 3 {
+			continue // deleted by retention between the two statements
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		return store.EffectiveCall(existing, now), false, nil
+	}
+}
+
+// FinishCall implements registry.Store; the update and its notification
+// are one statement.
+func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res *registry.Result) (*registry.CallRecord, bool, error) {
+	if res == nil {
+		return nil, false, errors.New("postgres store: FinishCall needs a result")
+	}
+	key := store.Key(callerID, toolCallID)
+	defer s.leases.Remove(key)
+	result, err := store.EncodeResult(res)
+	if err != nil {
+		return nil, false, err
+	}
+	rec, err := scanCall(s.pool.QueryRow(ctx, `WITH u AS (
+			UPDATE calls SET state = 'done', result = $1, owner = '', expires_at = NULL, updated_at = $2
+			WHERE caller_id = $3 AND tool_call_id = $4 AND (state = 'pending_approval' OR (state = 'running' AND owner = $5))
+			RETURNING `+callColumns+`)
+		SELECT u.* FROM u CROSS JOIN LATERAL (SELECT pg_notify($6, $7)) AS n`,
+		result, s.clock(), callerID, toolCallID, s.id, s.channel, key))
+	if err == nil {
+		s.hub.Notify(key)
+		return rec, true, nil
+	}
+	if !errors.Is(err, registry.ErrNotFound) {
+		return nil, false, err
+	}
+	rec, err = s.getCall(ctx, s.pool, callerID, toolCallID)
+	if err != nil {
+		return nil, false, err
+	}
+	return rec, false, nil
+}
+
+// GetCall implements registry.Store.
+func (s *Store) GetCall(ctx context.Context, callerID, toolCallID string) (*registry.CallRecord, error) {
+	rec, err := s.getCall(ctx, s.pool, callerID, toolCallID)
+	if err != nil {
+		return nil, err
+	}
+	return store.EffectiveCall(rec, s.clock()), nil
+}
+
+// WaitCall implements registry.Store. Waiters wake on NOTIFY from any
+// replica, on this store's own writes, when the call's lease would lapse,
+// and otherwise poll with backoff up to Options.MaxPoll.
+func (s *Store) WaitCall(ctx context.Context, callerID, toolCallID string) (*registry.CallRecord, error) {
+	return store.Wait(ctx, store.Key(callerID, toolCallID), store.WaitOptions{
+		Hub: s.hub,
+		Get: func(ctx context.Context) (*registry.CallRecord, error) { return s.GetCall(ctx, callerID, toolCallID) },
+		Interrupt: func(ctx context.Context, rec *registry.CallRecord) error {
+			_, err := s.interrupt(ctx, []callKey{{rec.CallerID, rec.ToolCallID, rec.ToolName}})
+			return err
+		},
+		Now:     s.now,
+		MaxPoll: s.maxPoll,
+	})
+}
+
+type callKey struct{ caller, id, tool string }
+
+// lapsed is the condition for ending a running call: its lease has lapsed,
+// or this replica (under a stable InstanceID) started it in an earlier life.
+const lapsed = `state = 'running' AND (expires_at <= $1 OR (owner = $2 AND updated_at < $3))`
+
+// interrupt ends the given running calls if they still meet lapsed; each
+// update is conditional, so replicas racing to end a call end it once.
+func (s *Store) interrupt(ctx context.Context, keys []callKey) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	now := s.clock()
+	b := &pgx.Batch{}
+	for _, k := range keys {
+		result, err := store.EncodeResult(registry.InterruptedResult(k.id, k.tool))
+		if err != nil {
+			return 0, err
+		}
+		b.Queue(`WITH u AS (
+				UPDATE calls SET state = 'done', result = $4, owner = '', expires_at = NULL, updated_at = $1
+				WHERE caller_id = $5 AND tool_call_id = $6 AND `+lapsed+` RETURNING 1)
+			SELECT count(*) FROM u CROSS JOIN LATERAL (SELECT pg_notify($7, $8)) AS n`,
+			now, s.id, s.opened, result, k.caller, k.id, s.channel, store.Key(k.caller, k.id))
+	}
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	ended := 0
+	for _, k := range keys {
+		var n int
+		if err := br.QueryRow().Scan(&n); err != nil {
+			return ended, err
+		}
+		if n == 1 {
+			ended++
+			s.hub.Notify(store.Key(k.caller, k.id))
+		}
+	}
+	return ended, br.Close()
+}
+
+// InterruptRunning implements registry.Store: it ends running calls whose
+// lease has lapsed (their replica stopped renewing it), and those an
+// earlier life of this replica left behind.
+func (s *Store) InterruptRunning(ctx context.Context) (int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT caller_id, tool_call_id, tool_name FROM calls WHERE `+lapsed+` LIMIT 1000`,
+		s.clock(), s.id, s.opened)
+	if err != nil {
+		return 0, err
+	}
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (callKey, error) {
+		var k callKey
+		return k, r.Scan(&k.caller, &k.id, &k.tool)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return s.interrupt(ctx, keys)
+}
+
+func (s *Store) renew(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `UPDATE calls SET expires_at = $1 WHERE state = 'running' AND owner = $2`,
+		s.clock().Add(s.lease), s.id)
+	return err
+}
+
+const approvalColumns = `id, caller_id, tool_call_id, tool_name, tier, rule, reason, arguments_digest, arguments, context,
+	status, created_at, expires_at, decided_at, decided_by, decision_reason`
+
+func scanApproval(row pgx.Row) (*registry.Approval, error) {
+	var (
+		a             registry.Approval
+		args, ctxJSON []byte
+		decided       *time.Time
+	)
+	err := row.Scan(&a.ID, &a.CallerID, &a.ToolCallID, &a.ToolName, &a.Tier, &a.Rule, &a.Reason, &a.ArgumentsDigest,
+		&args, &ctxJSON, &a.Status, &a.CreatedAt, &a.ExpiresAt, &decided, &a.DecidedBy, &a.DecisionReason)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, registry.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	a.Arguments = args
+	if a.Context, err = store.DecodeContext(ctxJSON); err != nil {
+		return nil, err
+	}
+	a.CreatedAt, a.ExpiresAt, a.DecidedAt = a.CreatedAt.UTC(), a.ExpiresAt.UTC(), fromNull(decided)
+	return &a, nil
+}
+
+// CreateApproval implements registry.Store.
+func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error {
+	if err := store.CheckApproval(a); err != nil {
+		return err
+	}
+	now := s.clock()
+	if a.CreatedAt.IsZero() {
+		a.CreatedAt = now
+	}
+	a.CreatedAt, a.ExpiresAt, a.Status = utc(a.CreatedAt), utc(a.ExpiresAt), registry.ApprovalPending
+	_, err := s.pool.Exec(ctx, `INSERT INTO approvals (id, caller_id, tool_call_id, tool_name, tier, rule, reason,
+		arguments_digest, arguments, context, status, created_at, updated_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13)`,
+		a.ID, a.CallerID, a.ToolCallID, a.ToolName, string(a.Tier), a.Rule, a.Reason, a.ArgumentsDigest,
+		store.Arguments(a.Arguments), store.EncodeContext(a.Context), a.CreatedAt, now, a.ExpiresAt)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" {
+		return fmt.Errorf("postgres store: approval %s already exists", a.ID)
+	}
+	return err
+}
+
+// GetApproval implements registry.Store.
+func (s *Store) GetApproval(ctx context.Context, id string) (*registry.Approval, error) {
+	a, err := scanApproval(s.pool.QueryRow(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = $1`, id))
+	if err != nil {
+		return nil, err
+	}
+	return store.EffectiveApproval(a, s.clock()), nil
+}
+
+// params numbers query parameters.
+type params []any
+
+func (p *params) add(v any) string {
+	*p = append(*p, v)
+	return fmt.Sprintf("$%d", len(*p))
+}
+
+// ListApprovals implements registry.Store.
+func (s *Store) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([]*registry.Approval, error) {
+	now := s.clock()
+	var where []string
+	var p params
+	switch f.Status {
+	case "":
+	case registry.ApprovalPending:
+		where = append(where, `status = 'pending' AND expires_at > `+p.add(now))
+	case registry.ApprovalExpired:
+		where = append(where, `(status = 'expired' OR (status = 'pending' AND expires_at <= `+p.add(now)+`))`)
+	default:
+		where = append(where, `status = `+p.add(string(f.Status)))
+	}
+	if f.CallerID != "" {
+		where = append(where, `caller_id = `+p.add(f.CallerID))
+	}
+	q := `SELECT ` + approvalColumns + ` FROM approvals`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	q += ` ORDER BY created_at, id LIMIT ` + p.add(store.Limit(f.Limit))
+	rows, err := s.pool.Query(ctx, q, p...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*registry.Approval, error) { return scanApproval(r) })
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range out {
+		out[i] = store.EffectiveApproval(a, now)
+	}
+	return out, nil
+}
+
+// DecideApproval implements registry.Store. The UPDATE … WHERE status =
+// 'pending' takes the row lock; a racing decision waits for it, then finds
+// the row no longer pending, so exactly one wins across replicas. The call
+// record moves in the same transaction.
+func (s *Store) DecideApproval(ctx context.Context, id string, v registry.Verdict, by, reason string, now time.Time) (*registry.Approval, bool, error) {
+	var status registry.ApprovalStatus
+	switch v {
+	case registry.VerdictApprove:
+		status = registry.ApprovalApproved
+	case registry.VerdictDeny:
+		status = registry.ApprovalDenied
+	default:
+		return nil, false, fmt.Errorf("postgres store: unknown verdict %q (want approve or deny)", v)
+	}
+	now = utc(now)
+	var (
+		a       *registry.Approval
+		won     bool
+		running bool
+		expired []string
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		a, err = scanApproval(tx.QueryRow(ctx, `UPDATE approvals
+			SET status = $1, decided_at = $2, decided_by = $3, decision_reason = $4, updated_at = $2
+			WHERE id = $5 AND status = 'pending' AND expires_at > $2
+			RETURNING `+approvalColumns, string(status), now, by, reason, id))
+		if errors.Is(err, registry.ErrNotFound) {
+			a, expired, err = s.notDecided(ctx, tx, id, now)
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		won = true
+		key := store.Key(a.CallerID, a.ToolCallID)
+		clock := s.clock()
+		var tag pgconn.CommandTag
+		if status == registry.ApprovalApproved {
+			tag, err = tx.Exec(ctx, `UPDATE calls SET state = 'running', result = NULL, owner = $1, expires_at = $2, updated_at = $3
+				WHERE caller_id = $4 AND tool_call_id = $5 AND state = 'pending_approval'`,
+				s.id, clock.Add(s.lease), clock, a.CallerID, a.ToolCallID)
+			running = err == nil && tag.RowsAffected() == 1
+		} else {
+			var result []byte
+			if result, err = store.EncodeResult(registry.ApprovalDeniedResult(a.ToolCallID, a.ToolName, by, reason)); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $1, expires_at = NULL, updated_at = $2
+				WHERE caller_id = $3 AND tool_call_id = $4 AND state = 'pending_approval'`,
+				result, clock, a.CallerID, a.ToolCallID)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.channel, key)
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	for _, k := range expired {
+		s.hub.Notify(k)
+	}
+	if won {
+		key := store.Key(a.CallerID, a.ToolCallID)
+		if running {
+			s.leases.Add(key)
+		}
+		s.hub.Notify(key)
+	}
+	return a, won, nil
+}
+
+// notDecided answers a decision that found no pending, unexpired request:
+// it expires a request that is past its time, and returns the request as
+// it stands.
+func (s *Store) notDecided(ctx context.Context, tx pgx.Tx, id string, now time.Time) (*registry.Approval, []string, error) {
+	a, err := scanApproval(tx.QueryRow(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = $1`, id))
+	if err != nil || a.Status != registry.ApprovalPending {
+		return a, nil, err
+	}
+	keys, err := s.expire(ctx, tx, now, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return store.EffectiveApproval(a, now), keys, nil
+}
+
+// expire moves pending requests (one, when id is given) whose expiry is at
+// or before now to expired, and their pending calls to done, each update
+// conditional and notified at commit. It returns the keys of the calls it
+// ended, for waking local waiters after the commit.
+func (s *Store) expire(ctx context.Context, tx pgx.Tx, now time.Time, id string) ([]string, error) {
+	p := params{now}
+	cond := ``
+	if id != "" {
+		cond = ` AND id = ` + p.add(id)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE approvals SET status = 'expired', decided_at = expires_at, updated_at = $1
+		WHERE status = 'pending' AND expires_at <= $1`+cond, p...); err != nil {
+		return nil, err
+	}
+	cond = ``
+	p = params{now}
+	if id != "" {
+		cond = ` AND approval_id = ` + p.add(id)
+	}
+	rows, err := tx.Query(ctx, `SELECT caller_id, tool_call_id, tool_name FROM calls
+		WHERE state = 'pending_approval' AND expires_at <= $1`+cond+` LIMIT 1000`, p...)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (callKey, error) {
+		var k callKey
+		return k, r.Scan(&k.caller, &k.id, &k.tool)
+	})
+	if err != nil {
+		return nil, err
+	}
+	ended := make([]string, 0, len(keys))
+	for _, k := range keys {
+		result, err := store.EncodeResult(registry.ApprovalExpiredResult(k.id, k.tool))
+		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.Exec(ctx, `WITH u AS (
+				UPDATE calls SET state = 'done', result = $1, expires_at = NULL, updated_at = $2
+				WHERE caller_id = $3 AND tool_call_id = $4 AND state = 'pending_approval' RETURNING 1)
+			SELECT pg_notify($5, $6) FROM u`,
+			result, now, k.caller, k.id, s.channel, store.Key(k.caller, k.id)); err != nil {
+			return nil, err
+		}
+		ended = append(ended, store.Key(k.caller, k.id))
+	}
+	return ended, nil
+}
+
+// ExpireApprovals implements registry.Store.
+func (s *Store) ExpireApprovals(ctx context.Context, now time.Time) (int, error) {
+	now = utc(now)
+	var n int
+	var keys []string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM approvals WHERE status = 'pending' AND expires_at <= $1`, now).Scan(&n); err != nil {
+			return err
+		}
+		var err error
+		keys, err = s.expire(ctx, tx, now, "")
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, k := range keys {
+		s.hub.Notify(k)
+	}
+	return n, nil
+}
+
+// AppendAudit implements registry.Store.
+func (s *Store) AppendAudit(ctx context.Context, e *registry.AuditEntry) error {
+	if e.Time.IsZero() {
+		e.Time = s.clock()
+	}
+	e.Time = utc(e.Time)
+	if e.Event == "" {
+		e.Event = "call"
+	}
+	return s.pool.QueryRow(ctx, `INSERT INTO audit (time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
+		status, code, duration_ms, arguments_digest) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id`,
+		e.Time, e.Event, e.CallerID, e.ToolCallID, e.ToolName, string(e.Tier), string(e.Decision), e.Rule,
+		string(e.Status), string(e.Code), e.DurationMs, e.ArgumentsDigest).Scan(&e.ID)
+}
+
+// ListAudit implements registry.Store.
+func (s *Store) ListAudit(ctx context.Context, f registry.AuditFilter) ([]*registry.AuditEntry, error) {
+	var p params
+	where := []string{`id > ` + p.add(f.AfterID)}
+	if f.CallerID != "" {
+		where = append(where, `caller_id = `+p.add(f.CallerID))
+	}
+	if f.ToolName != "" {
+		where = append(where, `tool_name = `+p.add(f.ToolName))
+	}
+	if !f.Since.IsZero() {
+		where = append(where, `time >= `+p.add(utc(f.Since)))
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
+		status, code, duration_ms, arguments_digest FROM audit WHERE `+strings.Join(where, ` AND `)+
+		` ORDER BY id LIMIT `+p.add(store.Limit(f.Limit)), p...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*registry.AuditEntry, error) {
+		var e registry.AuditEntry
+		err := r.Scan(&e.ID, &e.Time, &e.Event, &e.CallerID, &e.ToolCallID, &e.ToolName, &e.Tier, &e.Decision, &e.Rule,
+			&e.Status, &e.Code, &e.DurationMs, &e.ArgumentsDigest)
+		e.Time = e.Time.UTC()
+		return &e, err
+	})
+}
+
+// DeleteExpired implements registry.Store.
+func (s *Store) DeleteExpired(ctx context.Context, before time.Time) (int64, error) {
+	before = utc(before)
+	var total int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for _, q := range []string{
+			`DELETE FROM calls WHERE (state = 'done' AND updated_at < $1) OR (state = 'pending_approval' AND expires_at < $1)`,
+			`DELETE FROM approvals WHERE (status <> 'pending' AND updated_at < $1) OR (status = 'pending' AND expires_at < $1)`,
+			`DELETE FROM audit WHERE time < $1`,
+		} {
+			tag, err := tx.Exec(ctx, q, before)
+			if err != nil {
+				return err
+			}
+			total += tag.RowsAffected()
+		}
+		return nil
+	})
+	return total, err
+}
+
+// Ping implements registry.Store.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// Close implements registry.Store: it stops the listener and lease
+// renewal and closes the pool.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.stop()
+		s.wg.Wait()
+		s.pool.Close()
+	})
+	return nil
+}

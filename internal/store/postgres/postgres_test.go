@@ -1,0 +1,173 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store/postgres"
+	"github.com/toolsvc/toolsvc/internal/store/storetest"
+)
+
+// testURL returns the test database, or skips.
+func testURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("TOOLSVC_TEST_POSTGRES_URL")
+	if u == "" {
+		t.Skip("TOOLSVC_TEST_POSTGRES_URL is not set; set it (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) to run the PostgreSQL store tests")
+	}
+	return u
+}
+
+// newSchema returns a fresh schema name for one test, dropped at its end
+// (after every store opened in it has closed).
+func newSchema(t testing.TB, url string) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "toolsvc_test_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Errorf("dropping schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			t.Errorf("dropping schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+func open(t testing.TB, o postgres.Options) *postgres.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := postgres.Open(ctx, o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func sharedDB(t *testing.T) storetest.SharedOpener {
+	url := testURL(t)
+	schema := newSchema(t, url)
+	return func(t *testing.T, o storetest.OpenOptions) registry.Store {
+		return open(t, postgres.Options{URL: url, Schema: schema, Lease: o.Lease, MaxPoll: o.MaxPoll, Now: o.Now, MaxConns: 8})
+	}
+}
+
+func TestConformance(t *testing.T) {
+	url := testURL(t)
+	storetest.Run(t, func(t *testing.T) registry.Store {
+		return open(t, postgres.Options{URL: url, Schema: newSchema(t, url)})
+	})
+}
+
+func TestRestart(t *testing.T) { storetest.RunRestart(t, sharedDB) }
+
+func TestReplicas(t *testing.T) { storetest.RunReplicas(t, sharedDB) }
+
+// Replicas starting together apply the migrations once, under the
+// advisory lock, and all come up.
+func TestConcurrentStartMigratesOnce(t *testing.T) {
+	url := testURL(t)
+	schema := newSchema(t, url)
+	const n = 4
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			s, err := postgres.Open(context.Background(), postgres.Options{URL: url, Schema: schema, MaxConns: 2})
+			if err != nil {
+				errs <- err
+				return
+			}
+			errs <- s.Ping(context.Background())
+			s.Close()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Open: %v", err)
+		}
+	}
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var applied int
+	if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM `+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&applied); err != nil {
+		t.Fatal(err)
+	}
+	if applied != 1 {
+		t.Errorf("schema_migrations has %d rows, want 1 (one migration, applied once)", applied)
+	}
+}
+
+func TestRefusesBadSchemaName(t *testing.T) {
+	_, err := postgres.Open(t.Context(), postgres.Options{URL: "postgres://127.0.0.1/x", Schema: "a;drop"})
+	if err == nil {
+		t.Fatal("Open accepted a schema name that is not an identifier")
+	}
+}
+
+// A waiter on one replica is woken by the other's NOTIFY, not by polling.
+func TestNotifyWakesOtherReplica(t *testing.T) {
+	url := testURL(t)
+	schema := newSchema(t, url)
+	a := open(t, postgres.Options{URL: url, Schema: schema, Lease: time.Hour})
+	b := open(t, postgres.Options{URL: url, Schema: schema, Lease: time.Hour, MaxPoll: time.Hour})
+	rec := &registry.CallRecord{CallerID: "alice", ToolCallID: "n1", ToolName: "fs__write", ArgumentsDigest: "d", State: registry.CallRunning}
+	if _, _, err := a.BeginCall(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r, err := b.WaitCall(ctx, "alice", "n1")
+		if err == nil && r.State != registry.CallDone {
+			err = context.DeadlineExceeded
+		}
+		got <- err
+	}()
+	// Open returns only once the store LISTENs, so the finish below reaches
+	// b as a notification; the counter shows it did (with MaxPoll and the
+	// lease an hour, polling would also be slow to find it).
+	before := b.Notifications()
+	if _, stored, err := a.FinishCall(t.Context(), "alice", "n1", &registry.Result{ToolCallID: "n1", ToolName: "fs__write", Status: registry.StatusOK}); err != nil || !stored {
+		t.Fatalf("FinishCall: stored=%v, %v", stored, err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter on the other replica: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for b.Notifications() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("the other replica received no notification for the finished call")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func BenchmarkStore(b *testing.B) {
+	url := testURL(b)
+	s := open(b, postgres.Options{URL: url, Schema: newSchema(b, url)})
+	storetest.Benchmark(b, s)
+}

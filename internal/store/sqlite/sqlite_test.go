@@ -1,0 +1,83 @@
+package sqlite_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
+	"github.com/toolsvc/toolsvc/internal/store/storetest"
+)
+
+func open(t *testing.T, path string, o sqlite.Options) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(t.Context(), path, o)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) registry.Store {
+		return open(t, filepath.Join(t.TempDir(), "state", "toolsvc.db"), sqlite.Options{})
+	})
+}
+
+func TestRestart(t *testing.T) {
+	storetest.RunRestart(t, func(t *testing.T) storetest.SharedOpener {
+		path := filepath.Join(t.TempDir(), "toolsvc.db")
+		return func(t *testing.T, o storetest.OpenOptions) registry.Store {
+			return open(t, path, sqlite.Options{Lease: o.Lease, Now: o.Now})
+		}
+	})
+}
+
+func TestSecondOpenIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolsvc.db")
+	first := open(t, path, sqlite.Options{})
+	_, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err == nil || !strings.Contains(err.Error(), "locked by another process") {
+		t.Fatalf("second Open of a store in use: %v, want a lock error", err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Once closed, the file opens again, with its migrations already applied.
+	open(t, path, sqlite.Options{})
+}
+
+func TestFilesAreCreatedPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	open(t, filepath.Join(dir, "toolsvc.db"), sqlite.Options{})
+	info, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := info.Mode().Perm(); perm&0o077 != 0 {
+		t.Errorf("data directory mode %v, want no access for group and others", perm)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "toolsvc.db-wal")); err != nil {
+		t.Errorf("no WAL file next to the database (journal_mode=WAL not in force?): %v", err)
+	}
+}
+
+func BenchmarkStore(b *testing.B) {
+	for _, o := range []struct {
+		name string
+		opts sqlite.Options
+	}{{"SyncFull", sqlite.Options{}}, {"SyncNormal", sqlite.Options{SyncNormal: true}}} {
+		b.Run(o.name, func(b *testing.B) {
+			s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), o.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			storetest.Benchmark(b, s)
+		})
+	}
+}

@@ -1,0 +1,965 @@
+// Package storetest is the conformance suite every registry.Store passes:
+// each method, the expiry and retention rules, and the races the contract
+// settles (concurrent BeginCalls on one key create once; concurrent
+// decisions on one approval win once), within one store and, for stores
+// that several replicas share, across stores on one database.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// OpenOptions configure one store opened over a shared database.
+type OpenOptions struct {
+	// Lease is the lease of running calls; 0 means one minute.
+	Lease time.Duration
+	// MaxPoll is the longest pause between reads of a waited call; 0 means
+	// one minute (so wake-ups must come from notifications).
+	MaxPoll time.Duration
+	// Now is the store's clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// SharedOpener opens a new store over the database of one test: every store
+// it returns sees the same data. The opener closes them at the test's end.
+type SharedOpener func(t *testing.T, o OpenOptions) registry.Store
+
+// Run runs the suite for one implementation; open returns a new store
+// over a new, empty database each time it is called, and closes it when
+// the test ends.
+func Run(t *testing.T, open func(t *testing.T) registry.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s registry.Store)
+	}{
+		{"BeginCall", testBeginCall},
+		{"BeginCallRejectsIncompleteRecords", testBeginCallInvalid},
+		{"BeginCallRace", testBeginCallRace},
+		{"FinishCall", testFinishCall},
+		{"WaitCall", testWaitCall},
+		{"WaitCallTimeout", testWaitCallTimeout},
+		{"ApprovalApprove", testApprovalApprove},
+		{"ApprovalDeny", testApprovalDeny},
+		{"DecideApprovalRace", testDecideRace},
+		{"ApprovalExpiry", testApprovalExpiry},
+		{"ExpireApprovals", testExpireApprovals},
+		{"ListApprovals", testListApprovals},
+		{"CreateApprovalValidation", testCreateApprovalInvalid},
+		{"Audit", testAudit},
+		{"DeleteExpired", testDeleteExpired},
+		{"InterruptRunningSparesOwnCalls", testInterruptOwn},
+		{"Ping", func(t *testing.T, s registry.Store) {
+			if err := s.Ping(t.Context()); err != nil {
+				t.Fatalf("Ping: %v", err)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
+	}
+}
+
+// RunRestart checks that state survives a restart and that calls left
+// running by a stopped process end as E_INTERRUPTED: one store runs calls
+// and closes without finishing them, the next one opens over the same
+// database. The opener must allow a new store once the previous one is
+// closed.
+func RunRestart(t *testing.T, newDB func(t *testing.T) SharedOpener) {
+	open := newDB(t)
+	ctx := t.Context()
+	a := open(t, OpenOptions{})
+	run := running("alice", "call-run", `{"path":"a.txt"}`)
+	mustBegin(t, a, run, true)
+	pend := pending("alice", "call-pend", "appr-restart", time.Now().Add(time.Hour))
+	mustBegin(t, a, pend, true)
+	mustCreateApproval(t, a, approvalFor(pend))
+	done := running("alice", "call-done", `{"n":1}`)
+	mustBegin(t, a, done, true)
+	mustFinish(t, a, done, okResult(done, `{"content":"kept"}`), true)
+	audit := &registry.AuditEntry{CallerID: "alice", ToolName: "fs__read", Status: registry.StatusOK, ArgumentsDigest: done.ArgumentsDigest}
+	if err := a.AppendAudit(ctx, audit); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	// The next process; its clock is past any lease the first one held, so
+	// the outcome does not depend on how a store recognises a dead owner.
+	b := open(t, OpenOptions{Now: offsetClock(10 * time.Minute)})
+	n, err := b.InterruptRunning(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("InterruptRunning after restart = %d, %v; want 1 (the call left running)", n, err)
+	}
+	rec := mustGet(t, b, run)
+	wantDone(t, rec, registry.CodeInterrupted)
+	if rec.Result.ToolCallID != run.ToolCallID || rec.Result.ToolName != run.ToolName {
+		t.Errorf("interrupted result names %s/%s, want %s/%s", rec.Result.ToolCallID, rec.Result.ToolName, run.ToolCallID, run.ToolName)
+	}
+	again, created, err := b.BeginCall(ctx, run)
+	if err != nil || created || again.State != registry.CallDone || again.Result.Code() != registry.CodeInterrupted {
+		t.Fatalf("repeating an interrupted call: created=%v err=%v rec=%+v; want the stored E_INTERRUPTED", created, err, again)
+	}
+	if rec := mustGet(t, b, done); rec.State != registry.CallDone || string(rec.Result.Output) != `{"content":"kept"}` {
+		t.Errorf("done call after restart = %+v, want its result kept", rec)
+	}
+	if rec := mustGet(t, b, pend); rec.State != registry.CallPendingApproval {
+		t.Errorf("pending call after restart is %s, want pending_approval (it was not running)", rec.State)
+	}
+	if a, err := b.GetApproval(ctx, pend.ApprovalID); err != nil || a.Status != registry.ApprovalPending {
+		t.Errorf("approval after restart = %+v, %v; want pending", a, err)
+	}
+	entries, err := b.ListAudit(ctx, registry.AuditFilter{})
+	if err != nil || len(entries) != 1 || entries[0].ID != audit.ID {
+		t.Errorf("audit after restart = %v, %v; want the one entry", entries, err)
+	}
+	if n, err := b.InterruptRunning(ctx); err != nil || n != 0 {
+		t.Errorf("second InterruptRunning = %d, %v; want 0", n, err)
+	}
+}
+
+// RunReplicas checks the races and hand-offs between stores that share one
+// database at the same time (PostgreSQL replicas).
+func RunReplicas(t *testing.T, newDB func(t *testing.T) SharedOpener) {
+	t.Run("BeginCallRaceAcrossStores", func(t *testing.T) {
+		open := newDB(t)
+		stores := []registry.Store{open(t, OpenOptions{}), open(t, OpenOptions{})}
+		for round := range 5 {
+			rec := running("alice", fmt.Sprintf("race-%d", round), `{"x":1}`)
+			created := raceBegin(t, 20, func(i int) registry.Store { return stores[i%2] }, rec)
+			if created != 1 {
+				t.Fatalf("round %d: %d BeginCalls created the record, want exactly 1", round, created)
+			}
+		}
+	})
+	t.Run("DecideApprovalRaceAcrossStores", func(t *testing.T) {
+		open := newDB(t)
+		a, b := open(t, OpenOptions{}), open(t, OpenOptions{})
+		for round := range 10 {
+			pend := pending("alice", fmt.Sprintf("decide-%d", round), fmt.Sprintf("appr-%d", round), time.Now().Add(time.Hour))
+			mustBegin(t, a, pend, true)
+			mustCreateApproval(t, a, approvalFor(pend))
+			winners := raceDecide(t, []registry.Store{a, b}, pend.ApprovalID, []registry.Verdict{registry.VerdictApprove, registry.VerdictApprove})
+			if len(winners) != 1 {
+				t.Fatalf("round %d: %d decisions won, want exactly 1", round, len(winners))
+			}
+			w := []registry.Store{a, b}[winners[0]]
+			other := []registry.Store{a, b}[1-winners[0]]
+			rec := mustGet(t, other, pend)
+			if rec.State != registry.CallRunning {
+				t.Fatalf("round %d: approved call is %s, want running", round, rec.State)
+			}
+			if _, stored, err := other.FinishCall(t.Context(), pend.CallerID, pend.ToolCallID, okResult(pend, `"loser"`)); err != nil || stored {
+				t.Fatalf("round %d: the losing store finished the winner's call (stored=%v, err=%v)", round, stored, err)
+			}
+			mustFinish(t, w, pend, okResult(pend, `"winner"`), true)
+		}
+	})
+	t.Run("LapsedLeaseIsInterrupted", func(t *testing.T) {
+		open := newDB(t)
+		a := open(t, OpenOptions{Lease: time.Minute})
+		b := open(t, OpenOptions{Lease: time.Minute})
+		late := open(t, OpenOptions{Now: offsetClock(10 * time.Minute)})
+		ctx := t.Context()
+		x := running("alice", "lease-x", `{"a":1}`)
+		mustBegin(t, a, x, true)
+		if n, err := b.InterruptRunning(ctx); err != nil || n != 0 {
+			t.Fatalf("InterruptRunning on a live lease = %d, %v; want 0", n, err)
+		}
+		if rec := mustGet(t, b, x); rec.State != registry.CallRunning {
+			t.Fatalf("call with a live lease is %s, want running", rec.State)
+		}
+		// A store whose clock is past the lease sees the owner as gone.
+		if n, err := late.InterruptRunning(ctx); err != nil || n != 1 {
+			t.Fatalf("InterruptRunning past the lease = %d, %v; want 1", n, err)
+		}
+		wantDone(t, mustGet(t, a, x), registry.CodeInterrupted)
+		rec, stored, err := a.FinishCall(ctx, x.CallerID, x.ToolCallID, okResult(x, `"late"`))
+		if err != nil || stored || rec.Result.Code() != registry.CodeInterrupted {
+			t.Fatalf("finishing an interrupted call: stored=%v err=%v code=%s; want the interruption to stand", stored, err, rec.Result.Code())
+		}
+
+		// A waiter that finds a lapsed lease ends the call itself.
+		y := running("alice", "lease-y", `{"a":2}`)
+		mustBegin(t, a, y, true)
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		rec, err = late.WaitCall(wctx, y.CallerID, y.ToolCallID)
+		if err != nil {
+			t.Fatalf("WaitCall on a lapsed lease: %v", err)
+		}
+		wantDone(t, rec, registry.CodeInterrupted)
+	})
+	t.Run("LeaseIsRenewed", func(t *testing.T) {
+		open := newDB(t)
+		a := open(t, OpenOptions{Lease: 900 * time.Millisecond})
+		x := running("alice", "renew", `{}`)
+		first := mustBegin(t, a, x, true)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			rec := mustGet(t, a, x)
+			if rec.State != registry.CallRunning {
+				t.Fatalf("call is %s while its store lives, want running", rec.State)
+			}
+			if rec.ExpiresAt.After(first.ExpiresAt) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("lease never renewed: still expires at %v", rec.ExpiresAt)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	t.Run("WaitAcrossStores", func(t *testing.T) {
+		open := newDB(t)
+		a := open(t, OpenOptions{})
+		b := open(t, OpenOptions{MaxPoll: time.Minute})
+		x := running("alice", "wait-x", `{}`)
+		mustBegin(t, a, x, true)
+		got := make(chan *registry.CallRecord, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			rec, err := b.WaitCall(ctx, x.CallerID, x.ToolCallID)
+			if err != nil {
+				t.Errorf("WaitCall: %v", err)
+			}
+			got <- rec
+		}()
+		mustFinish(t, a, x, okResult(x, `{"content":"from a"}`), true)
+		rec := <-got
+		if rec == nil || rec.State != registry.CallDone || string(rec.Result.Output) != `{"content":"from a"}` {
+			t.Fatalf("waiter on another store got %+v, want the result stored by the first", rec)
+		}
+	})
+}
+
+func offsetClock(d time.Duration) func() time.Time {
+	return func() time.Time { return time.Now().Add(d) }
+}
+
+// digestOf digests the suite's own, constant, arguments.
+func digestOf(args string) string {
+	var v any
+	if err := json.Unmarshal([]byte(args), &v); err != nil {
+		panic("storetest: bad test arguments " + args)
+	}
+	return registry.ArgumentsDigest(v)
+}
+
+func running(caller, id, args string) *registry.CallRecord {
+	return &registry.CallRecord{
+		CallerID: caller, ToolCallID: id, ToolName: "fs__write",
+		ArgumentsDigest: digestOf(args), Arguments: json.RawMessage(args),
+		Context: registry.CallContext{InstanceKey: "conv-1", AgentName: "coder", TurnID: "t1"},
+		State:   registry.CallRunning,
+	}
+}
+
+func pending(caller, id, approvalID string, expires time.Time) *registry.CallRecord {
+	rec := running(caller, id, `{"command":"make test"}`)
+	rec.ToolName = "shell__exec"
+	rec.State = registry.CallPendingApproval
+	rec.ApprovalID = approvalID
+	rec.ExpiresAt = expires
+	rec.Result = &registry.Result{ToolCallID: id, ToolName: rec.ToolName, Status: registry.StatusPendingApproval,
+		Approval: &registry.ApprovalTicket{ID: approvalID, ExpiresAt: expires.UTC().Truncate(time.Microsecond), ArgumentsDigest: rec.ArgumentsDigest}}
+	return rec
+}
+
+func approvalFor(rec *registry.CallRecord) *registry.Approval {
+	return &registry.Approval{
+		ID: rec.ApprovalID, CallerID: rec.CallerID, ToolCallID: rec.ToolCallID, ToolName: rec.ToolName,
+		Tier: registry.Privileged, Rule: "ops/shell-needs-approval", Reason: "runs programs",
+		ArgumentsDigest: rec.ArgumentsDigest, Arguments: rec.Arguments, Context: rec.Context, ExpiresAt: rec.ExpiresAt,
+	}
+}
+
+func okResult(rec *registry.CallRecord, output string) *registry.Result {
+	return &registry.Result{ToolCallID: rec.ToolCallID, ToolName: rec.ToolName, Status: registry.StatusOK,
+		Output: json.RawMessage(output), DurationMs: 7}
+}
+
+func mustBegin(t *testing.T, s registry.Store, rec *registry.CallRecord, wantCreated bool) *registry.CallRecord {
+	t.Helper()
+	got, created, err := s.BeginCall(t.Context(), rec)
+	if err != nil {
+		t.Fatalf("BeginCall(%s/%s): %v", rec.CallerID, rec.ToolCallID, err)
+	}
+	if created != wantCreated {
+		t.Fatalf("BeginCall(%s/%s) created = %v, want %v", rec.CallerID, rec.ToolCallID, created, wantCreated)
+	}
+	return got
+}
+
+func mustFinish(t *testing.T, s registry.Store, rec *registry.CallRecord, res *registry.Result, wantStored bool) *registry.CallRecord {
+	t.Helper()
+	got, stored, err := s.FinishCall(t.Context(), rec.CallerID, rec.ToolCallID, res)
+	if err != nil {
+		t.Fatalf("FinishCall(%s/%s): %v", rec.CallerID, rec.ToolCallID, err)
+	}
+	if stored != wantStored {
+		t.Fatalf("FinishCall(%s/%s) stored = %v, want %v", rec.CallerID, rec.ToolCallID, stored, wantStored)
+	}
+	return got
+}
+
+func mustGet(t *testing.T, s registry.Store, rec *registry.CallRecord) *registry.CallRecord {
+	t.Helper()
+	got, err := s.GetCall(t.Context(), rec.CallerID, rec.ToolCallID)
+	if err != nil {
+		t.Fatalf("GetCall(%s/%s): %v", rec.CallerID, rec.ToolCallID, err)
+	}
+	return got
+}
+
+func mustCreateApproval(t *testing.T, s registry.Store, a *registry.Approval) {
+	t.Helper()
+	if err := s.CreateApproval(t.Context(), a); err != nil {
+		t.Fatalf("CreateApproval(%s): %v", a.ID, err)
+	}
+}
+
+func wantDone(t *testing.T, rec *registry.CallRecord, code registry.Code) {
+	t.Helper()
+	if rec.State != registry.CallDone {
+		t.Fatalf("call %s is %s, want done", rec.ToolCallID, rec.State)
+	}
+	if rec.Result == nil || rec.Result.Code() != code {
+		t.Fatalf("call %s result = %+v, want an error %s", rec.ToolCallID, rec.Result, code)
+	}
+	if rec.Result.Error.Message == "" || rec.Result.Error.Suggestion == "" {
+		t.Errorf("call %s error %s has no message or suggestion for the model: %+v", rec.ToolCallID, code, rec.Result.Error)
+	}
+}
+
+// raceBegin starts n BeginCalls of rec at once, on the stores storeFor
+// picks, and returns how many created the record. All must agree on it.
+func raceBegin(t *testing.T, n int, storeFor func(i int) registry.Store, rec *registry.CallRecord) int {
+	t.Helper()
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		mu      sync.Mutex
+		created int
+		owners  = map[string]int{}
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			got, c, err := storeFor(i).BeginCall(context.Background(), rec)
+			if err != nil {
+				t.Errorf("BeginCall %d: %v", i, err)
+				return
+			}
+			if !got.Matches(rec.ToolName, rec.ArgumentsDigest) || got.State != registry.CallRunning {
+				t.Errorf("BeginCall %d returned %+v, want the running record of the same call", i, got)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			owners[got.Owner]++
+			if c {
+				created++
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(owners) != 1 {
+		t.Errorf("concurrent BeginCalls saw %d different owners %v, want one record", len(owners), owners)
+	}
+	return created
+}
+
+// raceDecide runs one decision per store at once and returns the indexes
+// of those that won.
+func raceDecide(t *testing.T, stores []registry.Store, id string, verdicts []registry.Verdict) []int {
+	t.Helper()
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		mu      sync.Mutex
+		winners []int
+	)
+	for i := range stores {
+		wg.Go(func() {
+			<-start
+			a, won, err := stores[i].DecideApproval(context.Background(), id, verdicts[i], fmt.Sprintf("approver-%d", i), "", time.Now())
+			if err != nil {
+				t.Errorf("DecideApproval %d: %v", i, err)
+				return
+			}
+			if a.Status == registry.ApprovalPending {
+				t.Errorf("DecideApproval %d returned a pending request", i)
+			}
+			if won {
+				mu.Lock()
+				winners = append(winners, i)
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return winners
+}
+
+func testBeginCall(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	before := time.Now().Add(-time.Second)
+	rec := running("alice", "call-1", `{"path":"notes.txt","content":"hi"}`)
+	got := mustBegin(t, s, rec, true)
+	if got.State != registry.CallRunning || got.Owner == "" || got.Result != nil {
+		t.Fatalf("created record = %+v, want running, owned, no result", got)
+	}
+	if got.CreatedAt.Before(before) || !got.ExpiresAt.After(got.CreatedAt) {
+		t.Errorf("created %v, lease until %v; want now and a lease in the future", got.CreatedAt, got.ExpiresAt)
+	}
+	stored := mustGet(t, s, rec)
+	if stored.ToolName != rec.ToolName || stored.ArgumentsDigest != rec.ArgumentsDigest ||
+		string(stored.Arguments) != string(rec.Arguments) || stored.Context != rec.Context ||
+		stored.Owner != got.Owner || !stored.CreatedAt.Equal(got.CreatedAt) || !stored.ExpiresAt.Equal(got.ExpiresAt) {
+		t.Errorf("GetCall = %+v\nwant the record BeginCall returned %+v", stored, got)
+	}
+
+	// The same key again returns the stored record, whatever it asks for.
+	other := running("alice", "call-1", `{"path":"other.txt"}`)
+	again := mustBegin(t, s, other, false)
+	if again.Matches(other.ToolName, other.ArgumentsDigest) {
+		t.Error("a repeat with other arguments matches the stored record; want a mismatch (409)")
+	}
+	if !again.Matches(rec.ToolName, rec.ArgumentsDigest) {
+		t.Error("the stored record does not match its own call")
+	}
+	// Keys are per caller.
+	bob := running("bob", "call-1", `{"path":"other.txt"}`)
+	if b := mustBegin(t, s, bob, true); b.CallerID != "bob" {
+		t.Errorf("bob's record has caller %q", b.CallerID)
+	}
+	if _, err := s.GetCall(ctx, "carol", "call-1"); !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("GetCall of an unknown key: %v, want ErrNotFound", err)
+	}
+}
+
+func testBeginCallInvalid(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	bad := []func(r *registry.CallRecord){
+		func(r *registry.CallRecord) { r.CallerID = "" },
+		func(r *registry.CallRecord) { r.ToolCallID = "" },
+		func(r *registry.CallRecord) { r.ArgumentsDigest = "" },
+		func(r *registry.CallRecord) { r.State = registry.CallDone },
+		func(r *registry.CallRecord) { r.State = registry.CallPendingApproval }, // no approval id, expiry or result
+	}
+	for i, mutate := range bad {
+		rec := running("alice", fmt.Sprintf("bad-%d", i), `{}`)
+		mutate(rec)
+		if _, _, err := s.BeginCall(ctx, rec); err == nil {
+			t.Errorf("case %d: BeginCall(%+v) accepted an incomplete record", i, rec)
+		}
+	}
+}
+
+func testBeginCallRace(t *testing.T, s registry.Store) {
+	for round := range 3 {
+		rec := running("alice", fmt.Sprintf("race-%d", round), `{"x":1}`)
+		if created := raceBegin(t, 20, func(int) registry.Store { return s }, rec); created != 1 {
+			t.Fatalf("round %d: %d of 20 concurrent BeginCalls created the record, want exactly 1", round, created)
+		}
+	}
+}
+
+func testFinishCall(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	rec := running("alice", "fin", `{"path":"x"}`)
+	mustBegin(t, s, rec, true)
+	res := &registry.Result{ToolCallID: "fin", ToolName: rec.ToolName, Status: registry.StatusOK,
+		Output: json.RawMessage(`{"content":"héllo \u2028","n":[1,2.5,null]}`), Truncated: true, OriginalBytes: 99999, DurationMs: 12}
+	got := mustFinish(t, s, rec, res, true)
+	if got.State != registry.CallDone || got.Owner != "" || !got.ExpiresAt.IsZero() {
+		t.Errorf("finished record = %+v, want done, no owner, no expiry", got)
+	}
+	stored := mustGet(t, s, rec)
+	r := stored.Result
+	if r == nil || r.Status != registry.StatusOK || !r.Truncated || r.OriginalBytes != 99999 || r.DurationMs != 12 || r.ToolCallID != "fin" {
+		t.Fatalf("stored result = %+v, want the one given", r)
+	}
+	var out, want any
+	_ = json.Unmarshal(r.Output, &out)
+	_ = json.Unmarshal(res.Output, &want)
+	if fmt.Sprint(out) != fmt.Sprint(want) {
+		t.Errorf("stored output %s, want %s", r.Output, res.Output)
+	}
+	// The first result stands.
+	second := &registry.Result{ToolCallID: "fin", ToolName: rec.ToolName, Status: registry.StatusError,
+		Error: registry.Errorf(registry.CodeTool, "second")}
+	again := mustFinish(t, s, rec, second, false)
+	if again.Result.Status != registry.StatusOK {
+		t.Errorf("a second FinishCall replaced the result: %+v", again.Result)
+	}
+	// Error results keep their code and details.
+	e := running("alice", "fin-err", `{}`)
+	mustBegin(t, s, e, true)
+	errRes := &registry.Result{ToolCallID: "fin-err", ToolName: e.ToolName, Status: registry.StatusError, Error: &registry.Error{
+		Code: registry.CodeInvalidArguments, Message: "bad", Suggestion: "fix it", Details: []registry.Detail{{Path: "/path", Message: "required"}}}}
+	mustFinish(t, s, e, errRes, true)
+	if got := mustGet(t, s, e).Result; got.Code() != registry.CodeInvalidArguments || len(got.Error.Details) != 1 || got.Error.Details[0].Path != "/path" {
+		t.Errorf("stored error result = %+v", got.Error)
+	}
+	if _, _, err := s.FinishCall(ctx, "alice", "nope", res); !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("FinishCall of an unknown call: %v, want ErrNotFound", err)
+	}
+	// A repeat of a done call returns it.
+	if rep := mustBegin(t, s, rec, false); rep.State != registry.CallDone || rep.Result.Status != registry.StatusOK {
+		t.Errorf("repeating a done call returned %+v, want the stored result", rep)
+	}
+}
+
+func testWaitCall(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	rec := running("alice", "wait", `{}`)
+	mustBegin(t, s, rec, true)
+	const waiters = 5
+	got := make(chan *registry.CallRecord, waiters)
+	var ready sync.WaitGroup
+	for range waiters {
+		ready.Add(1)
+		go func() {
+			ready.Done()
+			wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r, err := s.WaitCall(wctx, rec.CallerID, rec.ToolCallID)
+			if err != nil {
+				t.Errorf("WaitCall: %v", err)
+			}
+			got <- r
+		}()
+	}
+	ready.Wait()
+	mustFinish(t, s, rec, okResult(rec, `"done"`), true)
+	for range waiters {
+		r := <-got
+		if r == nil || r.State != registry.CallDone || string(r.Result.Output) != `"done"` {
+			t.Fatalf("waiter got %+v, want the finished record", r)
+		}
+	}
+	// A done call returns at once, an unknown one fails.
+	if r, err := s.WaitCall(ctx, rec.CallerID, rec.ToolCallID); err != nil || r.State != registry.CallDone {
+		t.Errorf("WaitCall on a done call = %+v, %v", r, err)
+	}
+	if _, err := s.WaitCall(ctx, "alice", "unknown"); !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("WaitCall on an unknown call: %v, want ErrNotFound", err)
+	}
+}
+
+func testWaitCallTimeout(t *testing.T, s registry.Store) {
+	rec := running("alice", "wait-timeout", `{}`)
+	mustBegin(t, s, rec, true)
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	r, err := s.WaitCall(ctx, rec.CallerID, rec.ToolCallID)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitCall past its deadline: err = %v, want context.DeadlineExceeded", err)
+	}
+	if r == nil || r.State != registry.CallRunning {
+		t.Fatalf("WaitCall past its deadline returned %+v, want the running record as last read", r)
+	}
+}
+
+func testApprovalApprove(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	expires := time.Now().Add(15 * time.Minute)
+	rec := pending("alice", "ask-1", "appr-1", expires)
+	got := mustBegin(t, s, rec, true)
+	if got.State != registry.CallPendingApproval || got.Owner != "" || got.Result == nil || got.Result.Approval.ID != "appr-1" {
+		t.Fatalf("pending record = %+v", got)
+	}
+	a := approvalFor(rec)
+	mustCreateApproval(t, s, a)
+	if err := s.CreateApproval(ctx, approvalFor(rec)); err == nil {
+		t.Error("CreateApproval accepted a duplicate id")
+	}
+	stored, err := s.GetApproval(ctx, "appr-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Status != registry.ApprovalPending || stored.CallerID != "alice" || stored.ToolCallID != "ask-1" ||
+		stored.ToolName != "shell__exec" || stored.Tier != registry.Privileged || stored.Rule != a.Rule || stored.Reason != a.Reason ||
+		stored.ArgumentsDigest != rec.ArgumentsDigest || string(stored.Arguments) != string(rec.Arguments) ||
+		stored.Context != rec.Context || !stored.ExpiresAt.Equal(expires.UTC().Truncate(time.Microsecond)) || stored.CreatedAt.IsZero() {
+		t.Errorf("stored approval = %+v\nwant the request created %+v", stored, a)
+	}
+	// The repeat of a pending call returns the pending result.
+	if rep := mustBegin(t, s, rec, false); rep.State != registry.CallPendingApproval || rep.Result.Status != registry.StatusPendingApproval {
+		t.Errorf("repeat of a pending call = %+v", rep)
+	}
+
+	decided, won, err := s.DecideApproval(ctx, "appr-1", registry.VerdictApprove, "oncall", "looks fine", time.Now())
+	if err != nil || !won {
+		t.Fatalf("DecideApproval = won %v, %v; want won", won, err)
+	}
+	if decided.Status != registry.ApprovalApproved || decided.DecidedBy != "oncall" || decided.DecisionReason != "looks fine" || decided.DecidedAt.IsZero() {
+		t.Errorf("decided approval = %+v", decided)
+	}
+	call := mustGet(t, s, rec)
+	if call.State != registry.CallRunning || call.Owner == "" || call.Result != nil {
+		t.Fatalf("approved call = %+v, want running and owned by the deciding store", call)
+	}
+	_, won, err = s.DecideApproval(ctx, "appr-1", registry.VerdictDeny, "someone", "", time.Now())
+	if err != nil || won {
+		t.Fatalf("second DecideApproval: won=%v err=%v; want lost", won, err)
+	}
+	if a, _ := s.GetApproval(ctx, "appr-1"); a.Status != registry.ApprovalApproved || a.DecidedBy != "oncall" {
+		t.Errorf("after a losing decision the approval is %+v, want the first decision", a)
+	}
+	waiter := make(chan *registry.CallRecord, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r, err := s.WaitCall(wctx, rec.CallerID, rec.ToolCallID)
+		if err != nil {
+			t.Errorf("WaitCall: %v", err)
+		}
+		waiter <- r
+	}()
+	mustFinish(t, s, rec, okResult(rec, `{"exitCode":0}`), true)
+	if r := <-waiter; r == nil || r.State != registry.CallDone || string(r.Result.Output) != `{"exitCode":0}` {
+		t.Errorf("waiter on the approved call got %+v, want its result", r)
+	}
+	if _, _, err := s.DecideApproval(ctx, "missing", registry.VerdictApprove, "x", "", time.Now()); !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("deciding an unknown approval: %v, want ErrNotFound", err)
+	}
+	if _, _, err := s.DecideApproval(ctx, "appr-1", registry.Verdict("maybe"), "x", "", time.Now()); err == nil {
+		t.Error("DecideApproval accepted an unknown verdict")
+	}
+}
+
+func testApprovalDeny(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	rec := pending("alice", "ask-deny", "appr-deny", time.Now().Add(time.Hour))
+	mustBegin(t, s, rec, true)
+	mustCreateApproval(t, s, approvalFor(rec))
+	a, won, err := s.DecideApproval(ctx, "appr-deny", registry.VerdictDeny, "oncall", "not on prod", time.Now())
+	if err != nil || !won || a.Status != registry.ApprovalDenied {
+		t.Fatalf("deny = %+v, won %v, %v", a, won, err)
+	}
+	call := mustGet(t, s, rec)
+	wantDone(t, call, registry.CodeApprovalDenied)
+	if msg := call.Result.Error.Message; !strings.Contains(msg, "not on prod") || !strings.Contains(msg, "oncall") {
+		t.Errorf("denied message %q does not name the approver and the reason", msg)
+	}
+	// The pending call cannot start running after a denial.
+	if _, won, _ := s.DecideApproval(ctx, "appr-deny", registry.VerdictApprove, "other", "", time.Now()); won {
+		t.Error("an approve after a deny won")
+	}
+	if call := mustGet(t, s, rec); call.State != registry.CallDone {
+		t.Errorf("denied call is %s after a late approve, want done", call.State)
+	}
+}
+
+func testDecideRace(t *testing.T, s registry.Store) {
+	for round := range 5 {
+		rec := pending("alice", fmt.Sprintf("race-ask-%d", round), fmt.Sprintf("race-appr-%d", round), time.Now().Add(time.Hour))
+		mustBegin(t, s, rec, true)
+		mustCreateApproval(t, s, approvalFor(rec))
+		stores := make([]registry.Store, 8)
+		verdicts := make([]registry.Verdict, 8)
+		for i := range stores {
+			stores[i] = s
+			verdicts[i] = []registry.Verdict{registry.VerdictApprove, registry.VerdictDeny}[i%2]
+		}
+		winners := raceDecide(t, stores, rec.ApprovalID, verdicts)
+		if len(winners) != 1 {
+			t.Fatalf("round %d: %d of 8 concurrent decisions won, want exactly 1", round, len(winners))
+		}
+		a, _ := s.GetApproval(t.Context(), rec.ApprovalID)
+		wantStatus := map[registry.Verdict]registry.ApprovalStatus{registry.VerdictApprove: registry.ApprovalApproved, registry.VerdictDeny: registry.ApprovalDenied}[verdicts[winners[0]]]
+		if a.Status != wantStatus || a.DecidedBy != fmt.Sprintf("approver-%d", winners[0]) {
+			t.Errorf("round %d: approval is %s by %s, want the winner's %s by approver-%d", round, a.Status, a.DecidedBy, wantStatus, winners[0])
+		}
+		call := mustGet(t, s, rec)
+		if (wantStatus == registry.ApprovalApproved) != (call.State == registry.CallRunning) {
+			t.Errorf("round %d: call is %s after %s", round, call.State, wantStatus)
+		}
+	}
+}
+
+func testApprovalExpiry(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	// Expired a second ago: it reads as expired before anything writes it.
+	rec := pending("alice", "ask-old", "appr-old", time.Now().Add(-time.Second))
+	mustBegin(t, s, rec, true)
+	mustCreateApproval(t, s, approvalFor(rec))
+	a, err := s.GetApproval(ctx, "appr-old")
+	if err != nil || a.Status != registry.ApprovalExpired {
+		t.Fatalf("GetApproval past expiry = %+v, %v; want expired", a, err)
+	}
+	wantDone(t, mustGet(t, s, rec), registry.CodeApprovalExpired)
+	if rep := mustBegin(t, s, rec, false); rep.Result.Code() != registry.CodeApprovalExpired {
+		t.Errorf("repeating an expired call returned %+v, want E_APPROVAL_EXPIRED", rep.Result)
+	}
+	if pending, _ := s.ListApprovals(ctx, registry.ApprovalFilter{Status: registry.ApprovalPending}); len(pending) != 0 {
+		t.Errorf("ListApprovals(pending) includes an expired request: %+v", pending[0])
+	}
+	// Deciding it loses, and writes the expiry down.
+	a, won, err := s.DecideApproval(ctx, "appr-old", registry.VerdictApprove, "late", "", time.Now())
+	if err != nil || won || a.Status != registry.ApprovalExpired {
+		t.Fatalf("deciding an expired request = %+v, won %v, %v; want expired and lost", a, won, err)
+	}
+	expired, _ := s.ListApprovals(ctx, registry.ApprovalFilter{Status: registry.ApprovalExpired})
+	if len(expired) != 1 || expired[0].ID != "appr-old" {
+		t.Errorf("ListApprovals(expired) = %v, want appr-old", ids(expired))
+	}
+	if n, err := s.ExpireApprovals(ctx, time.Now()); err != nil || n != 0 {
+		t.Errorf("ExpireApprovals after the decision expired it = %d, %v; want 0", n, err)
+	}
+
+	// A waiter on a pending call learns of its expiry without anyone
+	// writing it down.
+	soon := pending("alice", "ask-soon", "appr-soon", time.Now().Add(300*time.Millisecond))
+	mustBegin(t, s, soon, true)
+	mustCreateApproval(t, s, approvalFor(soon))
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	r, err := s.WaitCall(wctx, soon.CallerID, soon.ToolCallID)
+	if err != nil {
+		t.Fatalf("WaitCall on a pending call that expires: %v", err)
+	}
+	wantDone(t, r, registry.CodeApprovalExpired)
+}
+
+func testExpireApprovals(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	now := time.Now()
+	soon := pending("alice", "ask-soon", "appr-soon", now.Add(10*time.Minute))
+	later := pending("alice", "ask-later", "appr-later", now.Add(time.Hour))
+	for _, r := range []*registry.CallRecord{soon, later} {
+		mustBegin(t, s, r, true)
+		mustCreateApproval(t, s, approvalFor(r))
+	}
+	waiter := make(chan *registry.CallRecord, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		r, err := s.WaitCall(wctx, soon.CallerID, soon.ToolCallID)
+		if err != nil {
+			t.Errorf("WaitCall: %v", err)
+		}
+		waiter <- r
+	}()
+	n, err := s.ExpireApprovals(ctx, now.Add(20*time.Minute))
+	if err != nil || n != 1 {
+		t.Fatalf("ExpireApprovals = %d, %v; want 1", n, err)
+	}
+	expired, _ := s.ListApprovals(ctx, registry.ApprovalFilter{Status: registry.ApprovalExpired})
+	if len(expired) != 1 || expired[0].ID != "appr-soon" || expired[0].DecidedAt.IsZero() {
+		t.Errorf("expired requests = %+v, want appr-soon with its time", expired)
+	}
+	if a, _ := s.GetApproval(ctx, "appr-later"); a.Status != registry.ApprovalPending {
+		t.Errorf("appr-later is %s, want pending", a.Status)
+	}
+	wantDone(t, mustGet(t, s, soon), registry.CodeApprovalExpired)
+	if r := <-waiter; r == nil || r.Result.Code() != registry.CodeApprovalExpired {
+		t.Errorf("waiter on the expired call got %+v", r)
+	}
+	if mustGet(t, s, later).State != registry.CallPendingApproval {
+		t.Error("the later call is no longer pending")
+	}
+	if _, won, _ := s.DecideApproval(ctx, "appr-soon", registry.VerdictApprove, "x", "", now); won {
+		t.Error("approving an expired request won")
+	}
+}
+
+func testListApprovals(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	exp := time.Now().Add(time.Hour)
+	mk := func(caller, id string) *registry.CallRecord {
+		r := pending(caller, "c-"+id, id, exp)
+		mustBegin(t, s, r, true)
+		mustCreateApproval(t, s, approvalFor(r))
+		return r
+	}
+	mk("alice", "a1")
+	mk("bob", "b1")
+	mk("alice", "a2")
+	mk("alice", "a3")
+	if _, won, err := s.DecideApproval(ctx, "a2", registry.VerdictDeny, "x", "", time.Now()); !won || err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		f    registry.ApprovalFilter
+		want []string
+	}{
+		{registry.ApprovalFilter{}, []string{"a1", "b1", "a2", "a3"}},
+		{registry.ApprovalFilter{Status: registry.ApprovalPending}, []string{"a1", "b1", "a3"}},
+		{registry.ApprovalFilter{Status: registry.ApprovalPending, CallerID: "alice"}, []string{"a1", "a3"}},
+		{registry.ApprovalFilter{CallerID: "bob"}, []string{"b1"}},
+		{registry.ApprovalFilter{Status: registry.ApprovalDenied}, []string{"a2"}},
+		{registry.ApprovalFilter{Status: registry.ApprovalApproved}, []string{}},
+		{registry.ApprovalFilter{Limit: 2}, []string{"a1", "b1"}},
+	} {
+		got, err := s.ListApprovals(ctx, tc.f)
+		if err != nil {
+			t.Fatalf("ListApprovals(%+v): %v", tc.f, err)
+		}
+		if fmt.Sprint(ids(got)) != fmt.Sprint(tc.want) {
+			t.Errorf("ListApprovals(%+v) = %v, want %v", tc.f, ids(got), tc.want)
+		}
+	}
+	if _, err := s.GetApproval(ctx, "zzz"); !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("GetApproval of an unknown id: %v, want ErrNotFound", err)
+	}
+}
+
+func testCreateApprovalInvalid(t *testing.T, s registry.Store) {
+	for i, a := range []*registry.Approval{
+		{CallerID: "a", ToolCallID: "b", ToolName: "t", ExpiresAt: time.Now()},
+		{ID: "x", ToolCallID: "b", ToolName: "t", ExpiresAt: time.Now()},
+		{ID: "x", CallerID: "a", ToolCallID: "b", ToolName: "t"},
+		{ID: "x", CallerID: "a", ToolCallID: "b", ToolName: "t", ExpiresAt: time.Now(), Status: registry.ApprovalApproved},
+	} {
+		if err := s.CreateApproval(t.Context(), a); err == nil {
+			t.Errorf("case %d: CreateApproval accepted %+v", i, a)
+		}
+	}
+}
+
+func testAudit(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	base := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+	entries := []*registry.AuditEntry{
+		{Time: base, CallerID: "alice", ToolCallID: "c1", ToolName: "fs__read", Tier: registry.ReadOnly, Decision: registry.Allow,
+			Rule: "tier-default:read_only", Status: registry.StatusOK, DurationMs: 3, ArgumentsDigest: "d1"},
+		{Time: base.Add(time.Minute), CallerID: "bob", ToolCallID: "c2", ToolName: "shell__exec", Tier: registry.Privileged, Decision: registry.Deny,
+			Rule: "ops/no-rm", Status: registry.StatusError, Code: registry.CodePolicyDenied, ArgumentsDigest: "d2"},
+		{Time: base.Add(2 * time.Minute), CallerID: "alice", ToolCallID: "c3", ToolName: "shell__exec", Status: registry.StatusOK},
+		{CallerID: "oncall", Event: "approval", ToolName: "shell__exec", Decision: registry.Allow},
+	}
+	for _, e := range entries {
+		if err := s.AppendAudit(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i < len(entries); i++ {
+		if entries[i].ID <= entries[i-1].ID {
+			t.Fatalf("audit ids %d, %d do not increase", entries[i-1].ID, entries[i].ID)
+		}
+	}
+	if entries[3].Time.IsZero() || entries[0].Event != "call" {
+		t.Errorf("defaults not applied: time %v, event %q", entries[3].Time, entries[0].Event)
+	}
+	all, err := s.ListAudit(ctx, registry.AuditFilter{})
+	if err != nil || len(all) != 4 {
+		t.Fatalf("ListAudit = %d entries, %v", len(all), err)
+	}
+	got, want := *all[1], *entries[1]
+	if got.Time.Equal(want.Time) {
+		got.Time = want.Time
+	}
+	if got != want {
+		t.Errorf("stored entry = %+v\nwant %+v", got, want)
+	}
+	for _, tc := range []struct {
+		f    registry.AuditFilter
+		want []int
+	}{
+		{registry.AuditFilter{CallerID: "alice"}, []int{0, 2}},
+		{registry.AuditFilter{ToolName: "shell__exec"}, []int{1, 2, 3}},
+		{registry.AuditFilter{Since: base.Add(time.Minute)}, []int{1, 2, 3}},
+		{registry.AuditFilter{AfterID: entries[1].ID}, []int{2, 3}},
+		{registry.AuditFilter{Limit: 1}, []int{0}},
+	} {
+		got, err := s.ListAudit(ctx, tc.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gotIDs, wantIDs []int64
+		for _, e := range got {
+			gotIDs = append(gotIDs, e.ID)
+		}
+		for _, i := range tc.want {
+			wantIDs = append(wantIDs, entries[i].ID)
+		}
+		if fmt.Sprint(gotIDs) != fmt.Sprint(wantIDs) {
+			t.Errorf("ListAudit(%+v) = %v, want %v", tc.f, gotIDs, wantIDs)
+		}
+	}
+}
+
+func testDeleteExpired(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	now := time.Now()
+	done := running("alice", "old-done", `{}`)
+	mustBegin(t, s, done, true)
+	mustFinish(t, s, done, okResult(done, `1`), true)
+	run := running("alice", "still-running", `{}`)
+	mustBegin(t, s, run, true)
+	stale := pending("alice", "stale-pending", "appr-stale", now.Add(30*time.Minute))
+	mustBegin(t, s, stale, true)
+	mustCreateApproval(t, s, approvalFor(stale))
+	live := pending("alice", "live-pending", "appr-live", now.Add(5*time.Hour))
+	mustBegin(t, s, live, true)
+	mustCreateApproval(t, s, approvalFor(live))
+	if err := s.AppendAudit(ctx, &registry.AuditEntry{Time: now.Add(-2 * time.Hour), CallerID: "alice", ToolName: "fs__read"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendAudit(ctx, &registry.AuditEntry{Time: now.Add(2 * time.Hour), CallerID: "alice", ToolName: "fs__read"}); err != nil {
+		t.Fatal(err)
+	}
+
+	n, err := s.DeleteExpired(ctx, now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// old-done, stale-pending and its request, one audit entry.
+	if n != 4 {
+		t.Errorf("DeleteExpired deleted %d rows, want 4", n)
+	}
+	for _, r := range []*registry.CallRecord{done, stale} {
+		if _, err := s.GetCall(ctx, r.CallerID, r.ToolCallID); !errors.Is(err, registry.ErrNotFound) {
+			t.Errorf("%s survived retention: %v", r.ToolCallID, err)
+		}
+	}
+	if _, err := s.GetApproval(ctx, "appr-stale"); !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("appr-stale survived retention: %v", err)
+	}
+	if mustGet(t, s, run).State != registry.CallRunning || mustGet(t, s, live).State != registry.CallPendingApproval {
+		t.Error("retention touched a running or live pending call")
+	}
+	if a, err := s.GetApproval(ctx, "appr-live"); err != nil || a.Status != registry.ApprovalPending {
+		t.Errorf("appr-live = %+v, %v", a, err)
+	}
+	if left, _ := s.ListAudit(ctx, registry.AuditFilter{}); len(left) != 1 {
+		t.Errorf("%d audit entries left, want 1", len(left))
+	}
+	// A deleted key can be used again.
+	mustBegin(t, s, done, true)
+}
+
+func testInterruptOwn(t *testing.T, s registry.Store) {
+	rec := running("alice", "own", `{}`)
+	mustBegin(t, s, rec, true)
+	n, err := s.InterruptRunning(t.Context())
+	if err != nil || n != 0 {
+		t.Fatalf("InterruptRunning = %d, %v; want 0 (the store's own call is alive)", n, err)
+	}
+	if mustGet(t, s, rec).State != registry.CallRunning {
+		t.Error("InterruptRunning ended the store's own live call")
+	}
+}
+
+func ids(as []*registry.Approval) []string {
+	out := []string{}
+	for _, a := range as {
+		out = append(out, a.ID)
+	}
+	return out
+}

@@ -1,0 +1,176 @@
+package custom
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/toolsvc/toolsvc/internal/config"
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/sandbox"
+	"github.com/toolsvc/toolsvc/internal/tools/workspace"
+)
+
+// stderrLimit bounds the stderr kept for an error message; the executor
+// cuts the message further to the tool's errorMessageLimit.
+const stderrLimit = 16 << 10
+
+// defaultOutputLimit bounds stdout when a request carries no limit.
+const defaultOutputLimit = 1 << 20
+
+type execBackend struct {
+	argv      []string
+	dir       string
+	env       []string
+	allowExec []string
+	readOnly  []string
+	sb        *sandbox.Sandbox
+	ws        *workspace.Workspace
+	prop      propagation.TextMapPropagator
+	log       *slog.Logger
+}
+
+func newExec(r *config.Resource, s *ExecSpec, o Options) (*execBackend, error) {
+	if o.Sandbox == nil || o.Workspace == nil {
+		return nil, r.Errorf("exec tools need the sandbox and the workspace (a wiring error)")
+	}
+	if len(s.Command) == 0 || s.Command[0] == "" {
+		return nil, r.Errorf("exec.command is empty: give argv, e.g. [./tool.py, --json]")
+	}
+	b := &execBackend{sb: o.Sandbox, ws: o.Workspace, prop: o.Propagator, log: o.Logger}
+	base := r.Dir()
+	prog, err := resolveProgram(s.Command[0], base)
+	if err != nil {
+		return nil, r.Errorf("exec.command: %v", err)
+	}
+	b.argv = append([]string{prog}, s.Command[1:]...)
+	deps, err := sandbox.ExecDeps(prog)
+	if err != nil {
+		return nil, r.Errorf("exec.command: %v", err)
+	}
+	b.allowExec = deps
+	for _, name := range s.AllowExec {
+		p, err := resolveProgram(name, base)
+		if err != nil {
+			return nil, r.Errorf("exec.allowExec: %v", err)
+		}
+		deps, err := sandbox.ExecDeps(p)
+		if err != nil {
+			return nil, r.Errorf("exec.allowExec: %v", err)
+		}
+		for _, d := range append([]string{p}, deps...) {
+			if !slices.Contains(b.allowExec, d) {
+				b.allowExec = append(b.allowExec, d)
+			}
+		}
+	}
+	if s.Dir != "" {
+		d := absFrom(base, s.Dir)
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			return nil, r.Errorf("exec.dir %s is not a directory", d)
+		}
+		b.dir = d
+		b.readOnly = append(b.readOnly, d)
+	}
+	for _, p := range s.ReadPaths {
+		a := absFrom(base, p)
+		if _, err := os.Stat(a); err != nil {
+			return nil, r.Errorf("exec.readPaths: %v", err)
+		}
+		b.readOnly = append(b.readOnly, a)
+	}
+	env, err := config.Environ(s.Env, o.LookupEnv)
+	if err != nil {
+		return nil, r.Errorf("exec.env: %v", err)
+	}
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if err := sandbox.CheckEnvName(name); err != nil {
+			return nil, r.Errorf("exec.env: %v", err)
+		}
+	}
+	b.env = env
+	return b, nil
+}
+
+// resolveProgram finds a program: a name in DefaultPath, an absolute
+// path, or a path relative to base (the YAML file's directory).
+func resolveProgram(name, base string) (string, error) {
+	if strings.Contains(name, "/") && !filepath.IsAbs(name) {
+		name = filepath.Join(base, name)
+	}
+	return sandbox.LookPath(name)
+}
+
+func absFrom(base, p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(base, p)
+}
+
+func (b *execBackend) run(ctx context.Context, req *registry.Request, export string) (any, error) {
+	in, err := envelope(req, export)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := b.ws.Dir(req.Context.InstanceKey)
+	if err != nil {
+		return nil, err
+	}
+	env := slices.Clone(b.env)
+	carrier := propagation.MapCarrier{}
+	b.prop.Inject(ctx, carrier)
+	for _, k := range carrier.Keys() {
+		env = append(env, strings.ToUpper(k)+"="+carrier.Get(k))
+	}
+	limit := req.MaxOutputBytes
+	if limit <= 0 {
+		limit = defaultOutputLimit
+	}
+	stderr := sandbox.NewCapture(stderrLimit)
+	res, err := b.sb.Run(ctx, sandbox.Spec{
+		Args:           b.argv,
+		Workspace:      dir,
+		Dir:            b.dir,
+		Env:            env,
+		Stdin:          bytes.NewReader(in),
+		Stderr:         stderr,
+		MaxOutputBytes: limit,
+		AllowExec:      b.allowExec,
+		ReadOnly:       b.readOnly,
+	})
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrSetup):
+		b.log.Error("custom tool: program could not be started", "tool", req.Name, "error", err)
+		return nil, backendError("the tool's program could not be started: %v", err)
+	case err != nil:
+		return nil, err // the context ended: the executor reports timeout or cancellation
+	case res.ExitCode != 0:
+		return nil, exitError(res.ExitCode, stderr.String())
+	}
+	return output(res.Stdout, res.StdoutTruncated), nil
+}
+
+func exitError(code int, stderr string) error {
+	what := fmt.Sprintf("the program exited with status %d", code)
+	if code > 128 && code < 128+65 {
+		what = fmt.Sprintf("the program was killed by %s (exit status %d)", syscall.Signal(code-128), code)
+	}
+	msg := strings.TrimSpace(stderr)
+	if msg == "" {
+		msg = what + " and wrote nothing to stderr"
+	} else {
+		msg = what + ": " + msg
+	}
+	return &registry.Error{Code: registry.CodeTool, Message: msg}
+}

@@ -1,0 +1,144 @@
+package custom
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/toolsvc/toolsvc/internal/config"
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// errorBodyLimit bounds what is read of a non-2xx answer for the message.
+const errorBodyLimit = 16 << 10
+
+type httpBackend struct {
+	url       string
+	headers   http.Header
+	client    *http.Client
+	prop      propagation.TextMapPropagator
+	userAgent string
+}
+
+// NewTransport returns the transport HTTP tools use when Options has
+// none: no proxy from the environment, bounded dial and TLS handshake.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+func newHTTP(r *config.Resource, s *HTTPSpec, o Options) (*httpBackend, error) {
+	u, err := url.Parse(s.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, r.Errorf("http.url %q must be an absolute http or https URL", s.URL)
+	}
+	b := &httpBackend{url: u.String(), headers: http.Header{}, prop: o.Propagator, userAgent: o.UserAgent}
+	for name, v := range s.Headers {
+		if !validHeaderName(name) {
+			return nil, r.Errorf("http.headers: %q is not a valid header name", name)
+		}
+		val, err := v.Resolve(o.LookupEnv, r.Dir())
+		if err != nil {
+			return nil, r.Errorf("http.headers.%s: %v", name, err)
+		}
+		if strings.ContainsAny(val, "\r\n\x00") {
+			return nil, r.Errorf("http.headers.%s: the value contains a line break or NUL", name)
+		}
+		b.headers.Set(name, val)
+	}
+	tr := o.Transport
+	if tr == nil {
+		tr = NewTransport()
+	}
+	b.client = &http.Client{
+		Transport: tr,
+		// The operator's URL is trusted, what it redirects to is not.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return b, nil
+}
+
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range name {
+		if c > 0x7e || c <= ' ' || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c) {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *httpBackend) run(ctx context.Context, req *registry.Request, export string) (any, error) {
+	body, err := envelope(req, export)
+	if err != nil {
+		return nil, err
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Accept", "application/json")
+	if b.userAgent != "" {
+		hreq.Header.Set("User-Agent", b.userAgent)
+	}
+	for k, v := range b.headers {
+		hreq.Header[k] = v
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	b.prop.Inject(ctx, propagation.HeaderCarrier(hreq.Header))
+	resp, err := b.client.Do(hreq)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// The url.Error would repeat the URL, which may carry a key in its
+		// query: say only what went wrong.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, backendError("the tool's backend could not be reached: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
+		what := fmt.Sprintf("the tool's backend answered %s", resp.Status)
+		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+			what += " (redirects are not followed)"
+		}
+		if text := strings.TrimSpace(string(msg)); text != "" {
+			what += ": " + text
+		}
+		return nil, &registry.Error{Code: registry.CodeTool, Message: what}
+	}
+	limit := req.MaxOutputBytes
+	if limit <= 0 {
+		limit = defaultOutputLimit
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, backendError("reading the tool's backend answer failed: %v", err)
+	}
+	return output(data, len(data) > limit), nil
+}

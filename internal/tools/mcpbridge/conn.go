@@ -1,0 +1,409 @@
+package mcpbridge
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/sandbox"
+)
+
+// The states of a connection.
+const (
+	stateConnecting   = "connecting"
+	stateConnected    = "connected"
+	stateReconnecting = "reconnecting"
+	stateUnreachable  = "unreachable"
+)
+
+// conn is the connection to one server, kept up by its run loop.
+type conn struct {
+	m      *Manager
+	srv    *Server // the transport settings (what the key covers)
+	ctx    context.Context
+	cancel context.CancelFunc
+	// first is closed when the first attempt has succeeded or failed.
+	first     chan struct{}
+	firstOnce sync.Once
+	// refresh asks the loop to list the tools again; broken tells it a
+	// call found the connection dead.
+	refresh chan struct{}
+	broken  chan struct{}
+	done    chan struct{}
+
+	mu        sync.Mutex
+	session   *mcp.ClientSession
+	tools     []*mcp.Tool // the latest listing, sorted by name
+	toolsHash string
+	state     string
+	err       error
+	since     time.Time
+	everUp    bool
+	retired   bool
+	calls     sync.WaitGroup
+	// renamed remembers the name mappings already logged.
+	renamed map[string]string
+}
+
+func newConn(m *Manager, s *Server) *conn {
+	c := &conn{m: m, srv: s, first: make(chan struct{}), refresh: make(chan struct{}, 1),
+		broken: make(chan struct{}, 1), done: make(chan struct{}), state: stateConnecting, since: time.Now()}
+	c.ctx, c.cancel = context.WithCancel(m.ctx)
+	return c
+}
+
+func (c *conn) markFirst() { c.firstOnce.Do(func() { close(c.first) }) }
+
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// run keeps the connection up until the conn is cancelled.
+func (c *conn) run() {
+	defer close(c.done)
+	defer c.markFirst()
+	backoff := c.m.o.MinBackoff
+	for c.ctx.Err() == nil {
+		cs, cleanup, err := c.connect()
+		c.markFirst()
+		if err == nil {
+			backoff = c.m.o.MinBackoff
+			c.serve(cs, cleanup)
+		} else if c.ctx.Err() == nil {
+			c.setDown(err)
+			c.m.log.Warn("mcp: server not reachable; retrying", "server", c.srv.name, "endpoint", c.srv.describe(), "error", err, "retryIn", backoff.String())
+		}
+		// Full jitter around the backoff keeps many servers from
+		// reconnecting in step.
+		wait := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-time.After(wait):
+		case <-c.ctx.Done():
+		}
+		backoff = min(2*backoff, c.m.o.MaxBackoff)
+	}
+}
+
+// connect makes one attempt: start the transport, initialise, list tools.
+func (c *conn) connect() (*mcp.ClientSession, func(), error) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.m.o.ConnectTimeout)
+	defer cancel()
+	transport, cleanup, err := c.transport()
+	if err != nil {
+		return nil, nil, err
+	}
+	keepAlive := c.m.o.KeepAlive
+	if keepAlive < 0 {
+		keepAlive = 0
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "toolsvc", Version: c.m.o.Version}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { poke(c.refresh) },
+		KeepAlive:              keepAlive,
+	})
+	cs, err := client.Connect(ctx, transport, nil)
+	if err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	tools, err := listTools(ctx, cs)
+	if err != nil {
+		_ = cs.Close()
+		cleanup()
+		return nil, nil, fmt.Errorf("tools/list: %w", err)
+	}
+	c.setUp(cs, tools)
+	return cs, cleanup, nil
+}
+
+// serve watches a live session until it ends or the conn is cancelled.
+func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) {
+	ended := make(chan error, 1)
+	go func() { ended <- cs.Wait() }()
+	closeSession := func() {
+		_ = cs.Close()
+		<-ended
+		cleanup()
+	}
+	for {
+		select {
+		case <-c.ctx.Done():
+			c.detach(cs)
+			closeSession()
+			return
+		case err := <-ended:
+			cleanup()
+			if err == nil {
+				err = errors.New("the server closed the connection")
+			}
+			c.lost(cs, err)
+			return
+		case <-c.broken:
+			ctx, cancel := context.WithTimeout(c.ctx, c.m.o.ConnectTimeout)
+			err := cs.Ping(ctx, nil)
+			cancel()
+			if err != nil && c.ctx.Err() == nil {
+				closeSession()
+				c.lost(cs, fmt.Errorf("ping: %w", err))
+				return
+			}
+		case <-c.refresh:
+			ctx, cancel := context.WithTimeout(c.ctx, c.m.o.ConnectTimeout)
+			tools, err := listTools(ctx, cs)
+			cancel()
+			if err != nil {
+				if c.ctx.Err() != nil {
+					continue
+				}
+				closeSession()
+				c.lost(cs, fmt.Errorf("tools/list: %w", err))
+				return
+			}
+			c.setUp(cs, tools)
+		}
+	}
+}
+
+// transport makes the transport for one attempt and what undoes it.
+func (c *conn) transport() (mcp.Transport, func(), error) {
+	s := c.srv
+	if s.url != "" {
+		client := &http.Client{
+			Transport:     &headerTransport{base: c.m.o.Transport, headers: s.headers, prop: c.m.o.Propagator},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+		return &mcp.StreamableClientTransport{Endpoint: s.url, HTTPClient: client}, func() {}, nil
+	}
+	cmd := exec.Command(s.command, s.args...)
+	cmd.Env = append([]string{"PATH=" + sandbox.DefaultPath}, s.env...)
+	cmd.Dir = s.dir
+	cmd.Stderr = &lineLogger{log: func(line string) { c.m.log.Info("mcp: server stderr", "server", s.name, "line", line) }}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cleanup := func() {
+		// Whatever the server started is in its process group.
+		if cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	}
+	return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, cleanup, nil
+}
+
+func listTools(ctx context.Context, cs *mcp.ClientSession) ([]*mcp.Tool, error) {
+	var tools []*mcp.Tool
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return nil, err
+		}
+		tools = append(tools, t)
+		if len(tools) > 10000 {
+			return nil, errors.New("the server lists more than 10000 tools")
+		}
+	}
+	return tools, nil
+}
+
+func hashTools(tools []*mcp.Tool) string {
+	b, _ := json.Marshal(tools)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// setUp records a live session and its listing, and signals a change
+// when the tools differ from the previous listing. The listing of the
+// first attempt is no change: Ensure waits for it, so the registry being
+// built already has it.
+func (c *conn) setUp(cs *mcp.ClientSession, tools []*mcp.Tool) {
+	firstDone := false
+	select {
+	case <-c.first:
+		firstDone = true
+	default:
+	}
+	h := hashTools(tools)
+	c.mu.Lock()
+	changed := h != c.toolsHash
+	wasUp := c.state == stateConnected
+	c.session, c.tools, c.toolsHash, c.err, c.everUp = cs, tools, h, nil, true
+	if !wasUp {
+		c.state, c.since = stateConnected, time.Now()
+	}
+	c.mu.Unlock()
+	if !wasUp {
+		c.m.log.Info("mcp: server connected", "server", c.srv.name, "endpoint", c.srv.describe(), "tools", len(tools))
+	}
+	if changed && firstDone {
+		c.m.signalChange()
+	}
+}
+
+func (c *conn) setDown(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.err = err
+	state := stateUnreachable
+	if c.everUp {
+		state = stateReconnecting
+	}
+	if c.state != state {
+		c.state, c.since = state, time.Now()
+	}
+}
+
+// lost records that the session cs ended.
+func (c *conn) lost(cs *mcp.ClientSession, err error) {
+	c.mu.Lock()
+	if c.session == cs {
+		c.session = nil
+	}
+	c.mu.Unlock()
+	if c.ctx.Err() == nil {
+		c.m.log.Warn("mcp: connection lost; reconnecting", "server", c.srv.name, "error", err)
+		c.setDown(fmt.Errorf("connection lost: %w", err))
+	}
+}
+
+func (c *conn) detach(cs *mcp.ClientSession) {
+	c.mu.Lock()
+	if c.session == cs {
+		c.session = nil
+	}
+	c.mu.Unlock()
+}
+
+func (c *conn) status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := Status{State: c.state, Transport: c.srv.transport(), Tools: len(c.tools), Since: c.since}
+	if c.err != nil {
+		st.Error = c.err.Error()
+	}
+	return st
+}
+
+// retire waits for the calls running on the connection, then closes it.
+func (c *conn) retire() {
+	c.mu.Lock()
+	c.retired = true
+	c.mu.Unlock()
+	c.calls.Wait()
+	c.cancel()
+	<-c.done
+}
+
+// acquire returns the live session for one call, or why there is none.
+func (c *conn) acquire() (*mcp.ClientSession, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.retired:
+		return nil, &registry.Error{Code: registry.CodeTool,
+			Message:    fmt.Sprintf("MCP server %s was removed from the configuration", c.srv.name),
+			Suggestion: "List the tools again; this one is no longer available."}
+	case c.session == nil:
+		msg := fmt.Sprintf("MCP server %s is unreachable", c.srv.name)
+		if c.err != nil {
+			msg += ": " + c.err.Error()
+		}
+		return nil, &registry.Error{Code: registry.CodeTool, Message: msg + "; the service keeps reconnecting",
+			Suggestion: "Try again later, or use another tool."}
+	}
+	c.calls.Add(1)
+	return c.session, nil
+}
+
+// call runs one tools/call on the server.
+func (c *conn) call(ctx context.Context, remote string, req *registry.Request) (any, error) {
+	cs, err := c.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer c.calls.Done()
+	params := &mcp.CallToolParams{Name: remote, Arguments: req.Arguments}
+	carrier := propagation.MapCarrier{}
+	c.m.o.Propagator.Inject(ctx, carrier)
+	if len(carrier) > 0 {
+		params.Meta = mcp.Meta{}
+		for k, v := range carrier {
+			params.Meta[k] = v
+		}
+	}
+	res, err := cs.CallTool(ctx, params)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var rpc *jsonrpc.Error
+		if !errors.As(err, &rpc) {
+			poke(c.broken) // not an answer from the server: check the connection
+		}
+		return nil, &registry.Error{Code: registry.CodeTool, Message: fmt.Sprintf("MCP server %s: %v", c.srv.name, err)}
+	}
+	return resultOutput(res)
+}
+
+// headerTransport adds the configured headers and the trace context to
+// every request to an HTTP server.
+type headerTransport struct {
+	base    http.RoundTripper
+	headers map[string]string
+	prop    propagation.TextMapPropagator
+}
+
+func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.headers {
+		r.Header.Set(k, v)
+	}
+	t.prop.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
+	return t.base.RoundTrip(r)
+}
+
+// lineLogger logs what a stdio server writes to stderr, a line at a time,
+// each cut at 1 KiB.
+type lineLogger struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	log func(string)
+}
+
+const maxLogLine = 1 << 10
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			room := max(0, maxLogLine-l.buf.Len())
+			l.buf.Write(p[:min(room, len(p))])
+			break
+		}
+		room := max(0, maxLogLine-l.buf.Len())
+		l.buf.Write(p[:min(room, i)])
+		l.log(l.buf.String())
+		l.buf.Reset()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+var _ io.Writer = (*lineLogger)(nil)

@@ -1,0 +1,447 @@
+package shell
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"mvdan.cc/sh/v3/expand"
+	"mvdan.cc/sh/v3/interp"
+	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/toolsvc/toolsvc/internal/sandbox"
+)
+
+// checkProgram decides whether the program name may run with args.
+func (c *call) checkProgram(name string, args []string) *refusal {
+	if strings.Contains(name, "/") {
+		return &refusal{
+			msg:        fmt.Sprintf("program %q is refused: run programs by name only, not by path", name),
+			suggestion: fmt.Sprintf("Use the bare name, e.g. %q instead of %q. Allowed programs: %s.", filepath.Base(name), name, strings.Join(c.allowList, ", ")),
+		}
+	}
+	if !c.allow[name] {
+		return &refusal{
+			msg:        fmt.Sprintf("program %q is not allowed", name),
+			suggestion: fmt.Sprintf("Use only these programs: %s, and shell builtins (echo, printf, test, cd, read, ...). Shells and interpreters cannot be run.", strings.Join(c.allowList, ", ")),
+		}
+	}
+	if name == "sort" {
+		// GNU sort runs --compress-program (any unambiguous prefix from
+		// --co) on its temporary files.
+		for _, a := range args {
+			if a == "--" {
+				break
+			}
+			if strings.HasPrefix(a, "--co") {
+				return &refusal{msg: "sort --compress-program is refused: it runs another program", suggestion: "Run sort without --compress-program."}
+			}
+		}
+	}
+	return nil
+}
+
+// execMiddleware runs every external program: it never calls next (the
+// interpreter's default handler, which would exec anything on PATH).
+func (c *call) execMiddleware(interp.ExecHandlerFunc) interp.ExecHandlerFunc {
+	return func(ctx context.Context, args []string) error {
+		hc := interp.HandlerCtx(ctx)
+		if r := c.checkProgram(args[0], args[1:]); r != nil {
+			fmt.Fprintf(hc.Stderr, "%s: %s\n", args[0], r.msg)
+			return c.refuse(r)
+		}
+		if ctx.Err() != nil || !c.begin() {
+			return ctx.Err()
+		}
+		defer c.running.Done()
+		select {
+		case c.slots <- struct{}{}:
+			defer func() { <-c.slots }()
+		default:
+			return c.refuse(&refusal{
+				msg:        fmt.Sprintf("more than %d programs would run at the same time", c.maxProcs),
+				suggestion: "Start fewer background jobs (&) or use shorter pipelines.",
+			})
+		}
+		stdout, stderr := hc.Stdout, hc.Stderr
+		var subst *substWriter
+		if sb, ok := stdout.(*strings.Builder); ok {
+			// $(...) collects output in memory: bound it.
+			subst = &substWriter{sb: sb}
+			if stderr == stdout {
+				stderr = subst // same writer, so exec serialises the writes
+			}
+			stdout = subst
+		}
+		res, err := c.sb.Run(ctx, sandbox.Spec{
+			Args:      args,
+			Workspace: c.dir,
+			Dir:       hc.Dir,
+			Env:       c.childEnv(hc.Env),
+			Stdin:     hc.Stdin,
+			Stdout:    stdout,
+			Stderr:    stderr,
+		})
+		if subst != nil && subst.over {
+			return c.refuse(substTooLarge())
+		}
+		switch {
+		case errors.Is(err, sandbox.ErrNotFound):
+			fmt.Fprintf(hc.Stderr, "%s: command not found\n", args[0])
+			return interp.ExitStatus(127)
+		case errors.Is(err, sandbox.ErrSetup):
+			c.log.Error("shell: sandbox set-up failed", "program", args[0], "error", err)
+			return c.refuse(&refusal{msg: fmt.Sprintf("%s could not be started in the sandbox: %v", args[0], err), suggestion: "This is a problem of the service, not of the command; do not retry."})
+		case err != nil:
+			return err // context ended: stop the interpreter
+		case res.ExitCode != 0:
+			return interp.ExitStatus(uint8(min(res.ExitCode, 255)))
+		}
+		return nil
+	}
+}
+
+// substWriter bounds what a program writes into a $(...) capture.
+type substWriter struct {
+	sb   *strings.Builder
+	over bool
+}
+
+func (w *substWriter) Write(p []byte) (int, error) {
+	if w.sb.Len()+len(p) > maxVariableBytes {
+		w.over = true
+		return 0, errSubstTooLarge
+	}
+	return w.sb.Write(p)
+}
+
+var errSubstTooLarge = errors.New("command substitution output too large")
+
+func substTooLarge() *refusal {
+	return &refusal{
+		msg:        fmt.Sprintf("the output captured by $(...) is larger than %d bytes", maxVariableBytes),
+		suggestion: "Redirect large output to a file in the workspace and read only what you need (e.g. with head or grep).",
+	}
+}
+
+// childEnv passes the allowlisted variables the script has exported.
+func (c *call) childEnv(env expand.Environ) []string {
+	var out []string
+	for _, name := range c.envAllow {
+		if v := env.Get(name); v.IsSet() && v.Exported && v.Kind == expand.String {
+			out = append(out, name+"="+v.Str)
+		}
+	}
+	return out
+}
+
+// callHandler runs before every simple command, builtins and functions
+// included: it keeps cd inside the workspace and the variables bounded.
+func (c *call) callHandler(ctx context.Context, args []string) ([]string, error) {
+	hc := interp.HandlerCtx(ctx)
+	total := 0
+	hc.Env.Each(func(_ string, v expand.Variable) bool {
+		total += len(v.Str)
+		for _, s := range v.List {
+			total += len(s)
+		}
+		for k, s := range v.Map {
+			total += len(k) + len(s)
+		}
+		return total <= maxVariableBytes
+	})
+	if total > maxVariableBytes {
+		return nil, c.refuse(&refusal{
+			msg:        fmt.Sprintf("the command line's variables hold more than %d bytes", maxVariableBytes),
+			suggestion: "Write large data to a file in the workspace instead of keeping it in variables.",
+		})
+	}
+	if sb, ok := hc.Stdout.(*strings.Builder); ok && sb.Len() > maxVariableBytes {
+		return nil, c.refuse(substTooLarge()) // builtins writing into $(...)
+	}
+	switch args[0] {
+	case "cd", "pushd":
+		target := ""
+		for _, a := range args[1:] {
+			if !strings.HasPrefix(a, "-") || a == "-" {
+				target = a
+				break
+			}
+		}
+		switch target {
+		case "":
+			target = c.dir // cd with no argument goes HOME, the workspace
+		case "-":
+			target = hc.Env.Get("OLDPWD").String()
+		}
+		if _, ok := c.inside(hc.Dir, target); !ok {
+			return nil, c.refuse(&refusal{
+				msg:        fmt.Sprintf("%s %s: the working directory must stay inside the workspace", args[0], target),
+				suggestion: "Use directories inside the workspace, with relative paths.",
+			})
+		}
+	}
+	return args, nil
+}
+
+// inside returns path relative to the workspace, and whether it is inside
+// (lexically; symlinks are checked by os.Root when opening).
+func (c *call) inside(cwd, path string) (string, bool) {
+	if path == "" {
+		return "", false
+	}
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(cwd, path)
+	}
+	rel, err := filepath.Rel(c.dir, filepath.Clean(path))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", false
+	}
+	return rel, true
+}
+
+// rwFile adapts a reader or writer to what the open handler returns.
+type rwFile struct {
+	io.Reader
+	io.Writer
+}
+
+func (rwFile) Close() error { return nil }
+
+// open serves every file the interpreter opens itself (redirections,
+// source): /dev/null, /dev/stdin, /dev/stdout, /dev/stderr, and files inside
+// the workspace through os.Root, which also refuses symlinks out.
+func (c *call) open(ctx context.Context, path string, flag int, perm os.FileMode) (io.ReadWriteCloser, error) {
+	hc := interp.HandlerCtx(ctx)
+	switch path {
+	case "/dev/null":
+		return os.OpenFile(os.DevNull, flag, perm)
+	case "/dev/stdin":
+		return rwFile{Reader: orEmpty(hc.Stdin), Writer: io.Discard}, nil
+	case "/dev/stdout":
+		return rwFile{Reader: strings.NewReader(""), Writer: hc.Stdout}, nil
+	case "/dev/stderr":
+		return rwFile{Reader: strings.NewReader(""), Writer: hc.Stderr}, nil
+	}
+	rel, ok := c.inside(hc.Dir, path)
+	if !ok {
+		return nil, c.refuse(&refusal{
+			msg:        fmt.Sprintf("redirection to %s is refused: only files inside the workspace (and /dev/null) can be opened", path),
+			suggestion: "Use a relative path inside the workspace, e.g. > out.txt.",
+		})
+	}
+	return c.root.OpenFile(rel, flag, perm)
+}
+
+func orEmpty(r io.Reader) io.Reader {
+	if r == nil {
+		return strings.NewReader("")
+	}
+	return r
+}
+
+// stat serves tests (-e, -f, ...), cd and globbing: nothing outside the
+// workspace exists for the script.
+func (c *call) stat(ctx context.Context, path string, followSymlinks bool) (fs.FileInfo, error) {
+	if path == "/dev/null" {
+		return os.Stat(path)
+	}
+	rel, ok := c.inside(interp.HandlerCtx(ctx).Dir, path)
+	if !ok {
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: fs.ErrNotExist}
+	}
+	if followSymlinks {
+		return c.root.Stat(rel)
+	}
+	return c.root.Lstat(rel)
+}
+
+// readDir serves globbing, inside the workspace only.
+func (c *call) readDir(ctx context.Context, path string) ([]fs.DirEntry, error) {
+	rel, ok := c.inside(interp.HandlerCtx(ctx).Dir, path)
+	if !ok {
+		return nil, &fs.PathError{Op: "readdir", Path: path, Err: fs.ErrNotExist}
+	}
+	f, err := c.root.Open(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.ReadDir(-1)
+}
+
+// access serves -r, -w and -x and cd, inside the workspace only.
+func (c *call) access(ctx context.Context, path string, mode interp.AccessMode) error {
+	rel, ok := c.inside(interp.HandlerCtx(ctx).Dir, path)
+	if !ok {
+		return &fs.PathError{Op: "access", Path: path, Err: fs.ErrPermission}
+	}
+	fi, err := c.root.Stat(rel)
+	if err != nil {
+		return err
+	}
+	perm := fi.Mode().Perm()
+	need := os.FileMode(0)
+	if mode&interp.AccessRead != 0 {
+		need |= 0o444
+	}
+	if mode&interp.AccessWrite != 0 {
+		need |= 0o222
+	}
+	if mode&interp.AccessExec != 0 {
+		need |= 0o111
+	}
+	// Approximate: some permission class has each requested bit.
+	for _, bits := range []os.FileMode{0o444, 0o222, 0o111} {
+		if need&bits != 0 && perm&bits == 0 {
+			return &fs.PathError{Op: "access", Path: path, Err: fs.ErrPermission}
+		}
+	}
+	return nil
+}
+
+// precheck refuses, before anything runs, what can be seen in the syntax
+// tree: programs named literally that are not allowed (also after exec,
+// command and builtin and inside functions, $(...) and backticks),
+// redirections to literal paths outside the workspace, and process
+// substitution. What is only known at run time (names from variables,
+// eval) is checked again by the handlers.
+func (c *call) precheck(f *syntax.File, cwd string) *refusal {
+	funcs := map[string]bool{}
+	syntax.Walk(f, func(n syntax.Node) bool {
+		if fd, ok := n.(*syntax.FuncDecl); ok && fd.Name != nil {
+			funcs[fd.Name.Value] = true
+		}
+		return true
+	})
+	var ref *refusal
+	syntax.Walk(f, func(n syntax.Node) bool {
+		if ref != nil {
+			return false
+		}
+		switch n := n.(type) {
+		case *syntax.ProcSubst:
+			ref = &refusal{msg: "process substitution <(...) and >(...) is not supported", suggestion: "Use a pipe, or write to a file in the workspace first."}
+		case *syntax.CoprocClause:
+			ref = &refusal{msg: "coproc is not supported", suggestion: "Use a pipe or background job instead."}
+		case *syntax.CmdSubst:
+			// $(<file) would copy the whole file into memory without
+			// any handler seeing it; run it as $(cat <file), bounded.
+			if len(n.Stmts) == 1 && catShortcut(n.Stmts[0]) {
+				if !c.allow["cat"] {
+					ref = &refusal{msg: "$(<file) needs the cat program, which is not allowed", suggestion: "Read files with the allowed programs."}
+				} else {
+					n.Stmts[0].Cmd = &syntax.CallExpr{Args: []*syntax.Word{{Parts: []syntax.WordPart{&syntax.Lit{Value: "cat"}}}}}
+				}
+			}
+		case *syntax.CallExpr:
+			ref = c.precheckCall(n, funcs)
+		case *syntax.Redirect:
+			switch n.Op {
+			case syntax.RdrOut, syntax.AppOut, syntax.RdrIn, syntax.RdrInOut, syntax.RdrClob, syntax.RdrAll, syntax.AppAll:
+				if p, ok := literal(n.Word); ok && !specialDevice(p) {
+					if _, in := c.inside(cwd, p); !in {
+						ref = &refusal{
+							msg:        fmt.Sprintf("redirection to %s is refused: only files inside the workspace (and /dev/null) can be opened", p),
+							suggestion: "Use a relative path inside the workspace, e.g. > out.txt.",
+						}
+					}
+				}
+			}
+		}
+		return ref == nil
+	})
+	return ref
+}
+
+// catShortcut reports whether stmt is the "<file" of $(<file), as the
+// interpreter recognises it.
+func catShortcut(st *syntax.Stmt) bool {
+	return st.Cmd == nil && !st.Negated && !st.Background && !st.Coprocess && !st.Disown &&
+		len(st.Redirs) == 1 && st.Redirs[0].Op == syntax.RdrIn
+}
+
+// specialDevice reports whether a redirection target is one of the
+// device names the open handler serves.
+func specialDevice(p string) bool {
+	switch p {
+	case "/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr":
+		return true
+	}
+	return false
+}
+
+func (c *call) precheckCall(ce *syntax.CallExpr, funcs map[string]bool) *refusal {
+	var words []string
+	for _, w := range ce.Args {
+		s, ok := literal(w)
+		if !ok {
+			break
+		}
+		words = append(words, s)
+	}
+	if len(words) == 0 {
+		return nil
+	}
+	// exec, command and builtin run their first operand.
+	for len(words) > 0 && (words[0] == "exec" || words[0] == "command" || words[0] == "builtin") {
+		wrapper := words[0]
+		words = words[1:]
+		for len(words) > 0 && strings.HasPrefix(words[0], "-") {
+			if wrapper == "command" && (words[0] == "-v" || words[0] == "-V") {
+				return nil // a lookup, not a run
+			}
+			words = words[1:]
+		}
+		if wrapper == "builtin" {
+			return nil // builtin runs builtins only
+		}
+	}
+	if len(words) == 0 {
+		return nil
+	}
+	name := words[0]
+	if funcs[name] || interp.IsBuiltin(name) {
+		return nil
+	}
+	return c.checkProgram(name, words[1:])
+}
+
+// literal returns the value of a word made only of literal text and
+// quotes without expansions.
+func literal(w *syntax.Word) (string, bool) {
+	if w == nil {
+		return "", false
+	}
+	var b strings.Builder
+	for _, p := range w.Parts {
+		switch p := p.(type) {
+		case *syntax.Lit:
+			if strings.Contains(p.Value, "\\") {
+				return "", false // escapes: leave it to the run-time check
+			}
+			b.WriteString(p.Value)
+		case *syntax.SglQuoted:
+			if p.Dollar {
+				return "", false
+			}
+			b.WriteString(p.Value)
+		case *syntax.DblQuoted:
+			for _, q := range p.Parts {
+				l, ok := q.(*syntax.Lit)
+				if !ok || strings.Contains(l.Value, "\\") {
+					return "", false
+				}
+				b.WriteString(l.Value)
+			}
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
+}

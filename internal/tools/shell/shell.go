@@ -1,0 +1,504 @@
+// Package shell provides the shell__exec built-in tool: a command line in
+// Bash syntax, parsed and interpreted in-process (mvdan.cc/sh; no /bin/sh),
+// in which every external program is checked against an allowlist and run
+// through the sandbox (own process group, scrubbed environment, bounded
+// output, Landlock and rlimits where the kernel has them), and every file
+// the interpreter itself opens for a redirection stays inside the
+// workspace.
+package shell
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"mvdan.cc/sh/v3/expand"
+	"mvdan.cc/sh/v3/interp"
+	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/sandbox"
+	"github.com/toolsvc/toolsvc/internal/tools/workspace"
+)
+
+// ToolName is the name of the tool.
+const ToolName = "shell__exec"
+
+// Defaults of Options.
+const (
+	DefaultMaxOutputBytes = 8 << 10
+	DefaultMaxProcesses   = 32
+	// maxVariableBytes bounds what the script's variables may hold, checked
+	// before every command, so a loop cannot grow them without bound.
+	maxVariableBytes = 16 << 20
+	maxCommandBytes  = 16 << 10
+	maxStdinBytes    = 1 << 20
+)
+
+// DefaultAllow returns the conservative default allowlist: programs that
+// read, compare, transform or manage files and cannot run other programs
+// on request. Left out on purpose: shells and interpreters (sh, bash,
+// python3, perl, awk, sed — GNU sed's e command runs a shell), programs
+// that run other programs (env, xargs, find -exec, nice, nohup, timeout,
+// setsid, split --filter, tar --to-command, git hooks), network clients
+// (curl, wget, nc, ssh) and ln (links out of the workspace confuse other
+// tools). sort is in, with its --compress-program option refused.
+func DefaultAllow() []string {
+	return []string{
+		"base64", "basename", "cat", "cmp", "comm", "cp", "cut", "date", "diff", "dirname",
+		"du", "echo", "expand", "false", "fold", "grep", "head", "join", "ls", "md5sum",
+		"mkdir", "mktemp", "mv", "nl", "od", "paste", "printf", "pwd", "readlink", "realpath",
+		"rev", "rm", "rmdir", "seq", "sha1sum", "sha256sum", "sha512sum", "sleep", "sort",
+		"stat", "tac", "tail", "tee", "test", "touch", "tr", "true", "uniq", "unexpand", "wc",
+	}
+}
+
+// Options configure the shell tool.
+type Options struct {
+	// Workspace maps a call's instance key to the directory it runs in.
+	Workspace *workspace.Workspace
+	// Sandbox runs each program. Required.
+	Sandbox *sandbox.Sandbox
+	// Allow lists the program names that may run; nil is DefaultAllow.
+	Allow []string
+	// EnvAllow lists the environment variable names a call may set (with
+	// its env argument or in the command line) and programs receive.
+	EnvAllow []string
+	// MaxOutputBytes bounds each of stdout and stderr; 0 is
+	// DefaultMaxOutputBytes.
+	MaxOutputBytes int
+	// MaxProcesses bounds the programs one call runs at the same time; 0
+	// is DefaultMaxProcesses.
+	MaxProcesses int
+	// Timeout is the tool's timeout (and the largest timeoutMs a call may
+	// ask for); 0 leaves the registry default.
+	Timeout time.Duration
+	// Logger may be nil.
+	Logger *slog.Logger
+}
+
+// Tools returns the shell__exec tool. It fails when the options are
+// unusable: no workspace or sandbox, a program name with a '/', or an
+// environment variable name the sandbox refuses.
+func Tools(o Options) ([]*registry.Tool, error) {
+	if o.Workspace == nil || o.Sandbox == nil {
+		return nil, errors.New("shell: Workspace and Sandbox are required")
+	}
+	allow := o.Allow
+	if allow == nil {
+		allow = DefaultAllow()
+	}
+	t := &tool{
+		ws:       o.Workspace,
+		sb:       o.Sandbox,
+		allow:    map[string]bool{},
+		perOut:   o.MaxOutputBytes,
+		maxProcs: o.MaxProcesses,
+		log:      o.Logger,
+	}
+	if t.perOut <= 0 {
+		t.perOut = DefaultMaxOutputBytes
+	}
+	if t.maxProcs <= 0 {
+		t.maxProcs = DefaultMaxProcesses
+	}
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
+	}
+	for _, name := range allow {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if strings.ContainsAny(name, "/\x00") {
+			return nil, fmt.Errorf("shell: allowed program %q: give program names, not paths", name)
+		}
+		t.allow[name] = true
+	}
+	t.allowList = sortedKeys(t.allow)
+	for _, name := range o.EnvAllow {
+		if err := sandbox.CheckEnvName(name); err != nil {
+			return nil, fmt.Errorf("shell: environment allowlist: %w", err)
+		}
+		if !slices.Contains(t.envAllow, name) {
+			t.envAllow = append(t.envAllow, name)
+		}
+	}
+	slices.Sort(t.envAllow)
+	maxTimeout := o.Timeout
+	if maxTimeout <= 0 {
+		maxTimeout = 10 * time.Minute
+	}
+	def := registry.Definition{
+		Name:           ToolName,
+		Description:    t.description(),
+		Parameters:     t.schema(maxTimeout),
+		Tier:           registry.Privileged,
+		Timeout:        o.Timeout,
+		MaxOutputBytes: 2*t.perOut + 1024,
+		Annotations: &registry.Annotations{
+			Title:           "Run a shell command in the workspace",
+			ReadOnlyHint:    ptr(false),
+			DestructiveHint: ptr(true),
+			IdempotentHint:  ptr(false),
+			OpenWorldHint:   ptr(!o.Sandbox.Status().NetRules),
+		},
+		Tags: []string{"shell", "files"},
+	}
+	return []*registry.Tool{{Definition: def, Handler: registry.Func(t.run)}}, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+type tool struct {
+	ws        *workspace.Workspace
+	sb        *sandbox.Sandbox
+	allow     map[string]bool
+	allowList []string
+	envAllow  []string
+	perOut    int
+	maxProcs  int
+	log       *slog.Logger
+}
+
+func (t *tool) description() string {
+	var b strings.Builder
+	b.WriteString("Run a command line in the workspace and return its exit code, stdout and stderr. ")
+	b.WriteString("Bash syntax works (pipes, redirections, &&, ||, ;, variables, loops, functions, $(...)); it is interpreted by the service, not by a real shell. ")
+	fmt.Fprintf(&b, "Only these programs can be run, by name: %s. ", strings.Join(t.allowList, ", "))
+	b.WriteString("Shell builtins (echo, printf, test/[, cd, read, export, ...) are always available. ")
+	b.WriteString("Other programs, shells and interpreters (sh, bash, python, ...), paths such as ./x or /bin/ls, and process substitution <(...) are refused. ")
+	b.WriteString("Redirections may only name files inside the workspace (and /dev/null). ")
+	st := t.sb.Status()
+	switch {
+	case st.FSRules && st.NetRules:
+		b.WriteString("Programs cannot read files outside the workspace and the system directories, cannot write outside the workspace, and have no network. ")
+	case st.FSRules:
+		b.WriteString("Programs cannot read files outside the workspace and the system directories, nor write outside the workspace. ")
+	}
+	fmt.Fprintf(&b, "A non-zero exit code is reported in exitCode, not as an error. Each of stdout and stderr is cut after %d bytes (stdoutTruncated/stderrTruncated say so). ", t.perOut)
+	b.WriteString("Background jobs (&) are stopped when the command line finishes; use wait to wait for them.")
+	return b.String()
+}
+
+func (t *tool) schema(maxTimeout time.Duration) json.RawMessage {
+	props := map[string]any{
+		"command": map[string]any{
+			"type": "string", "minLength": 1, "maxLength": maxCommandBytes,
+			"description": "The command line, in Bash syntax, e.g. \"ls -l | head -n 5\" or \"grep -c TODO notes.txt > count.txt\".",
+		},
+		"cwd": map[string]any{
+			"type": "string", "maxLength": 1024,
+			"description": "Working directory, relative to the workspace (default: the workspace itself). Must exist and stay inside the workspace.",
+		},
+		"stdin": map[string]any{
+			"type": "string", "maxLength": maxStdinBytes,
+			"description": "Text given to the command line on standard input.",
+		},
+		"timeoutMs": map[string]any{
+			"type": "integer", "minimum": 1, "maximum": maxTimeout.Milliseconds(),
+			"description": "Stop the command line (and every program it started) after this many milliseconds.",
+		},
+	}
+	if len(t.envAllow) > 0 {
+		props["env"] = map[string]any{
+			"type":                 "object",
+			"description":          "Environment variables to set, by name. Allowed names: " + strings.Join(t.envAllow, ", ") + ".",
+			"propertyNames":        map[string]any{"enum": t.envAllow},
+			"additionalProperties": map[string]any{"type": "string", "maxLength": 4096},
+			"maxProperties":        len(t.envAllow),
+		}
+	}
+	b, err := json.Marshal(map[string]any{
+		"type":                 "object",
+		"properties":           props,
+		"required":             []string{"command"},
+		"additionalProperties": false,
+	})
+	if err != nil {
+		panic(err) // a literal map of strings and numbers always marshals
+	}
+	return b
+}
+
+// args are the tool's arguments.
+type args struct {
+	Command   string            `json:"command"`
+	Cwd       string            `json:"cwd"`
+	Stdin     string            `json:"stdin"`
+	TimeoutMs int64             `json:"timeoutMs"`
+	Env       map[string]string `json:"env"`
+}
+
+// Output is the tool's result. The stream fields come last, so a cut by
+// the executor's output limit keeps the exit code and flags.
+type Output struct {
+	ExitCode        int    `json:"exitCode"`
+	StdoutTruncated bool   `json:"stdoutTruncated"`
+	StderrTruncated bool   `json:"stderrTruncated"`
+	DurationMs      int64  `json:"durationMs"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+}
+
+func invalid(msg, suggestion string) *registry.Error {
+	return &registry.Error{Code: registry.CodeInvalidArguments, Message: msg, Suggestion: suggestion}
+}
+
+func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
+	var a args
+	if err := req.Bind(&a); err != nil {
+		return nil, err
+	}
+	if strings.ContainsRune(a.Command, 0) {
+		return nil, invalid("command contains a NUL byte", "Remove the NUL byte from the command.")
+	}
+	dir, err := t.ws.Dir(req.Context.InstanceKey)
+	if err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	cwd, rerr := resolveCwd(root, dir, a.Cwd)
+	if rerr != nil {
+		return nil, rerr
+	}
+	env := []string{"PATH=" + sandbox.DefaultPath, "HOME=" + dir, "LANG=C.UTF-8", "TMPDIR=" + dir}
+	for _, name := range sortedKeys(keysOf(a.Env)) {
+		if !slices.Contains(t.envAllow, name) {
+			return nil, invalid(fmt.Sprintf("environment variable %s may not be set", name), t.envSuggestion())
+		}
+		if strings.ContainsRune(a.Env[name], 0) {
+			return nil, invalid(fmt.Sprintf("environment variable %s contains a NUL byte", name), "Remove the NUL byte.")
+		}
+		env = append(env, name+"="+a.Env[name])
+	}
+
+	file, perr := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(a.Command), "")
+	if perr != nil {
+		return nil, invalid("the command is not valid shell syntax: "+perr.Error(), "Fix the syntax; quote arguments that contain special characters.")
+	}
+	c := &call{tool: t, dir: dir, root: root, slots: make(chan struct{}, t.maxProcs)}
+	if err := c.precheck(file, cwd); err != nil {
+		return nil, invalid(err.msg+"; nothing was run", err.suggestion)
+	}
+
+	if a.TimeoutMs > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(a.TimeoutMs)*time.Millisecond, errArgTimeout)
+		defer cancel()
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	c.abort = stop
+
+	limit := t.perOut
+	if req.MaxOutputBytes > 0 {
+		limit = max(min(limit, (req.MaxOutputBytes-1024)/2), 256)
+	}
+	stdout, stderr := sandbox.NewCapture(limit), sandbox.NewCapture(limit)
+	c.stdout, c.stderr = stdout, stderr
+
+	var stdin *os.File
+	if a.Stdin != "" {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		// Closing both ends afterwards ends the writer even if nothing
+		// read the input.
+		defer pr.Close()
+		go func() {
+			defer pw.Close()
+			_, _ = pw.WriteString(a.Stdin)
+		}()
+		stdin = pr
+	}
+
+	runner, err := interp.New(
+		interp.Env(expand.ListEnviron(env...)),
+		interp.Dir(cwd),
+		interp.StdIO(stdin, stdout, stderr),
+		interp.ExecHandlers(c.execMiddleware),
+		interp.CallHandler(c.callHandler),
+		interp.OpenHandler(c.open),
+		interp.StatHandler(c.stat),
+		interp.ReadDirHandler2(c.readDir),
+		interp.AccessHandler(c.access),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("shell: %w", err)
+	}
+	start := time.Now()
+	runErr := runner.Run(runCtx, file)
+	// Stop background jobs and wait for every program to be gone.
+	stop()
+	c.closeAndWait()
+	out := Output{
+		DurationMs:      time.Since(start).Milliseconds(),
+		Stdout:          stdout.String(),
+		Stderr:          stderr.String(),
+		StdoutTruncated: stdout.Truncated(),
+		StderrTruncated: stderr.Truncated(),
+	}
+
+	if err := ctx.Err(); err != nil {
+		if errors.Is(context.Cause(ctx), errArgTimeout) {
+			return nil, &registry.Error{Code: registry.CodeTimeout,
+				Message:    fmt.Sprintf("the command line did not finish within timeoutMs=%d and was stopped with every program it started", a.TimeoutMs),
+				Suggestion: "Use a larger timeoutMs, or make the command do less (e.g. limit its input or add head)."}
+		}
+		return nil, err // the executor reports E_TIMEOUT or E_CANCELED
+	}
+	if r := c.firstRefusal(); r != nil {
+		r.Message += "; the command line was stopped there (commands before it may have run)"
+		return nil, r
+	}
+	if runErr != nil {
+		if code, ok := interp.IsExitStatus(runErr); ok {
+			out.ExitCode = int(code)
+		} else {
+			return nil, registry.ToolError("the command line failed: "+runErr.Error(), "Check the command; stderr so far: "+clip(out.Stderr, 300))
+		}
+	}
+	return out, nil
+}
+
+// errArgTimeout is the cause when the call's own timeoutMs expires.
+var errArgTimeout = errors.New("timeoutMs expired")
+
+func keysOf(m map[string]string) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k := range m {
+		out[k] = true
+	}
+	return out
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+func (t *tool) envSuggestion() string {
+	if len(t.envAllow) == 0 {
+		return "Do not pass env: no environment variables may be set."
+	}
+	return "Only these names may be set: " + strings.Join(t.envAllow, ", ") + "."
+}
+
+// resolveCwd checks the cwd argument: relative, existing, a directory,
+// inside the workspace (also through symlinks).
+func resolveCwd(root *os.Root, dir, cwd string) (string, *registry.Error) {
+	if cwd == "" || cwd == "." {
+		return dir, nil
+	}
+	const fix = "Give cwd as a path relative to the workspace, e.g. \"src\", or leave it out."
+	if filepath.IsAbs(cwd) || strings.ContainsRune(cwd, 0) {
+		return "", invalid(fmt.Sprintf("cwd %q must be relative to the workspace", cwd), fix)
+	}
+	clean := filepath.Clean(cwd)
+	if clean == ".." || strings.HasPrefix(clean, "../") {
+		return "", invalid(fmt.Sprintf("cwd %q leaves the workspace", cwd), fix)
+	}
+	fi, err := root.Stat(clean)
+	if err != nil {
+		return "", invalid(fmt.Sprintf("cwd %q: %v", cwd, unwrapPathError(err)), fix+" Create the directory first if needed.")
+	}
+	if !fi.IsDir() {
+		return "", invalid(fmt.Sprintf("cwd %q is not a directory", cwd), fix)
+	}
+	return filepath.Join(dir, clean), nil
+}
+
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// refusal is a command line doing something the tool does not allow.
+type refusal struct {
+	msg, suggestion string
+}
+
+func (r *refusal) Error() string { return r.msg }
+
+// call is the state of one shell__exec call.
+type call struct {
+	*tool
+	dir            string
+	root           *os.Root
+	stdout, stderr *sandbox.Capture
+	slots          chan struct{}
+	// abort stops the whole command line, background jobs included.
+	abort context.CancelFunc
+
+	mu      sync.Mutex
+	closed  bool
+	running sync.WaitGroup
+	refused *registry.Error
+}
+
+// refuse records the first refusal and stops the whole command line (a
+// fatal error in a background job or pipeline stage would not stop the
+// rest), and returns the error that stops the interpreter.
+func (c *call) refuse(r *refusal) error {
+	c.mu.Lock()
+	if c.refused == nil {
+		c.refused = registry.ToolError(r.msg, r.suggestion)
+	}
+	c.mu.Unlock()
+	if c.abort != nil {
+		c.abort()
+	}
+	return r
+}
+
+func (c *call) firstRefusal() *registry.Error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refused
+}
+
+// begin registers a program about to run; false once the call is over.
+func (c *call) begin() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.running.Add(1)
+	return true
+}
+
+func (c *call) closeAndWait() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.running.Wait()
+}
