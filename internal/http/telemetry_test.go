@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 	"github.com/toolsvc/toolsvc/internal/telemetry"
 )
 
@@ -313,6 +315,43 @@ func TestSecretsNeverLogged(t *testing.T) {
 			if bytes.Contains(b, []byte(secret)) || bytes.Contains(ev, []byte(secret)) {
 				t.Errorf("%q reached span %s", secret, s.Name)
 			}
+		}
+	}
+}
+
+// TestApprovedCallTraced follows a call that waits for approval: its span
+// records the ask, and the approved run is an execute_tool span under the
+// approver's request.
+func TestApprovedCallTraced(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	e, exp, _ := tracedEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
+	r, res := e.call("/calls", `{"toolName":"test__priv","toolCallId":"call_p","arguments":{"n":1}}`)
+	if r.status != 202 || res.Approval == nil {
+		t.Fatalf("privileged call: %d %s", r.status, r.body)
+	}
+	asked := findSpan(t, exp.GetSpans(), "execute_tool test__priv")
+	if a := spanAttrs(asked); a["toolsvc.policy.decision"].AsString() != "ask" {
+		t.Errorf("pending call's span: %v", a)
+	}
+	exp.Reset()
+	if r := e.do("POST", "/approvals/"+res.Approval.ID, []byte(`{"decision":"approve","reason":"fine"}`), jsonCT, true); r.status != 200 {
+		t.Fatalf("approve: %d %s", r.status, r.body)
+	}
+	spans := exp.GetSpans()
+	server := findSpan(t, spans, "POST /approvals/{id}")
+	ran := findSpan(t, spans, "execute_tool test__priv")
+	if ran.Parent.SpanID() != server.SpanContext.SpanID() || ran.SpanKind != trace.SpanKindInternal {
+		t.Errorf("the approved run is not an execute_tool span under POST /approvals/{id}")
+	}
+	a := spanAttrs(ran)
+	for k, want := range map[string]string{"gen_ai.tool.name": "test__priv", "gen_ai.tool.call.id": "call_p", "gen_ai.tool.type": "builtin",
+		"toolsvc.tool.tier": "privileged", "toolsvc.policy.decision": "allow"} {
+		if a[k].AsString() != want {
+			t.Errorf("approved run %s = %q, want %q", k, a[k].AsString(), want)
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // replay answers a call whose toolCallId already has a record: a conflict
@@ -152,6 +154,9 @@ func (e *Executor) runApproved(ctx context.Context, a *Approval) *Result {
 	}
 	ctx, span := e.startSpan(context.WithoutCancel(ctx), label, res.ToolCallID)
 	defer span.End()
+	if ok {
+		span.SetAttributes(attribute.String("gen_ai.tool.type", tool.Type), attribute.String("toolsvc.tool.tier", string(tool.Tier)))
+	}
 	p := progress{decision: Decision{Effect: Allow, Rule: a.Rule, Reason: "approved by " + a.DecidedBy}, digest: a.ArgumentsDigest, recorded: true}
 	var err error
 	switch {
