@@ -189,12 +189,10 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 	}
 
 	if e.slots != nil {
-		select {
-		case e.slots <- struct{}{}:
-			defer func() { <-e.slots }()
-		default:
-			return ErrOverloaded
+		if err := e.acquire(ctx); err != nil {
+			return err
 		}
+		defer func() { <-e.slots }()
 	}
 	timeout := tool.Timeout
 	if call.TimeoutMs > 0 && time.Duration(call.TimeoutMs)*time.Millisecond < timeout {
@@ -206,7 +204,7 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 	span.SetAttributes(attribute.Int64("toolsvc.timeout_ms", timeout.Milliseconds()))
 	out, err := e.invoke(ctx, tool, &Request{
 		Name: tool.Name, CallID: res.ToolCallID, Arguments: args, Context: call.Context,
-		MaxOutputBytes: tool.MaxOutputBytes,
+		MaxOutputBytes: tool.MaxOutputBytes, Caller: caller, Catalog: call.Catalog,
 	}, timeout)
 	if err != nil {
 		return err
@@ -220,6 +218,34 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 		res.OriginalBytes = original
 	}
 	return nil
+}
+
+// capacityWaitKey carries, in a batch's context, how long a call may wait
+// for a free slot before it counts as overloaded.
+type capacityWaitKey struct{}
+
+// acquire takes a concurrency slot: at once, or within the capacity wait
+// of a batch. It returns ErrOverloaded when none is free in time.
+func (e *Executor) acquire(ctx context.Context) error {
+	select {
+	case e.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	wait, _ := ctx.Value(capacityWaitKey{}).(time.Duration)
+	if wait <= 0 {
+		return ErrOverloaded
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case e.slots <- struct{}{}:
+		return nil
+	case <-t.C:
+		return ErrOverloaded
+	case <-ctx.Done():
+		return canceledError(ctx)
+	}
 }
 
 // errInternal marks failures that are bugs: the model sees a generic
