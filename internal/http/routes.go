@@ -31,5 +31,6 @@ func (s *Server) addRoutes(r chi.Router) {
 		r.Get("/tools", s.handle(s.handleListTools))
 		r.Get("/tools/{name}", s.handle(s.handleGetTool))
 		r.With(s.require(registry.ScopeCall), s.admitCall).Post("/calls", s.handle(s.handleCall))
+		r.With(s.require(registry.ScopeCall), s.admitCall).Post("/calls/batch", s.handle(s.handleBatch))
 	})
 }

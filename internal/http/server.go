@@ -19,6 +19,7 @@ import (
 // Executor runs calls; *registry.Executor implements it.
 type Executor interface {
 	Execute(ctx context.Context, caller *registry.Caller, call *registry.Call) (*registry.Result, error)
+	ExecuteBatch(ctx context.Context, caller *registry.Caller, calls []*registry.Call, o registry.BatchOptions) ([]*registry.Result, error)
 	Registry() *registry.Registry
 }
 
@@ -54,6 +55,8 @@ type Deps struct {
 	Ready map[string]Check
 	// ReadyDetails are reported by /readyz (e.g. the sandbox layers).
 	ReadyDetails map[string]any
+	// Batch schedules the calls of POST /calls/batch.
+	Batch registry.BatchOptions
 }
 
 // Server is the HTTP side of toolsvc.
