@@ -21,6 +21,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/tools/fs"
 	"github.com/toolsvc/toolsvc/internal/tools/httpfetch"
 	"github.com/toolsvc/toolsvc/internal/tools/jsonq"
+	"github.com/toolsvc/toolsvc/internal/tools/plan"
 	"github.com/toolsvc/toolsvc/internal/tools/text"
 	"github.com/toolsvc/toolsvc/internal/tools/workspace"
 )
@@ -84,6 +85,8 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 type app struct {
 	registry *registry.Registry
 	policy   registry.Policy
+	// plan binds plan__execute to the executor; nil without the plan tool.
+	plan *plan.Binder
 }
 
 // build loads resources and built-in tools into a registry and policy.
@@ -117,6 +120,12 @@ func build(cfg Config, log *slog.Logger) (*app, error) {
 	tools = append(tools, text.Tools()...)
 	tools = append(tools, jsonq.Tools()...)
 	tools = append(tools, httpfetch.Tools(hopts)...)
+	var binder *plan.Binder
+	if cfg.PlanTool {
+		var planTools []*registry.Tool
+		planTools, binder = plan.Tools(plan.Options{Batch: batchOptions(cfg), Timeout: cfg.MaxTimeout})
+		tools = append(tools, planTools...)
+	}
 	reg, err := registry.New(registry.Defaults{
 		Timeout:           cfg.DefaultTimeout,
 		MaxTimeout:        cfg.MaxTimeout,
@@ -126,7 +135,11 @@ func build(cfg Config, log *slog.Logger) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &app{registry: reg, policy: registry.DefaultTierEffects()}, nil
+	return &app{registry: reg, policy: registry.DefaultTierEffects(), plan: binder}, nil
+}
+
+func batchOptions(cfg Config) registry.BatchOptions {
+	return registry.BatchOptions{Parallelism: cfg.BatchParallelism}
 }
 
 func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
@@ -157,12 +170,16 @@ func serve(ctx context.Context, cfg Config, stderr io.Writer) error {
 		MaxTimeout:     cfg.MaxTimeout,
 		MaxConcurrency: cfg.MaxConcurrency,
 	})
+	if a.plan != nil {
+		a.plan.Bind(exec)
+	}
 	srv := toolhttp.NewServer(toolhttp.Deps{
 		Executor: exec,
 		Logger:   log,
 		Gatherer: metrics,
 		OpenAPI:  api.OpenAPI(),
 		Limits:   toolhttp.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxJSONDepth: cfg.MaxJSONDepth},
+		Batch:    batchOptions(cfg),
 	})
 
 	// Calls run under base, which outlives the signal so in-flight calls can
