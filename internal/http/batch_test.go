@@ -375,3 +375,18 @@ func TestBatchOverloaded(t *testing.T) {
 		t.Errorf("batch with capacity: %d %s", r.status, r.body)
 	}
 }
+
+func TestShapeErrorSpeaksJSON(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"toolName":5}`:                               "toolName must be a string, not number",
+		`{"toolName":"a__b","timeoutMs":"soon"}`:       "timeoutMs must be an integer, not string",
+		`{"toolName":"a__b","catalog":"x"}`:            "catalog must be an array, not string",
+		`{"toolName":"a__b","context":[]}`:             "context must be an object, not array",
+		`{"type":"function","function":{"name":true}}`: "function.name must be a string, not bool",
+	} {
+		_, err := decodeCall([]byte(body))
+		if err == nil || !strings.HasSuffix(err.(*Problem).Detail, want) {
+			t.Errorf("%s: %v, want …%s", body, err, want)
+		}
+	}
+}

@@ -3,7 +3,11 @@ package http
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"reflect"
+	"strings"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
@@ -69,7 +73,7 @@ func decodeCall(raw []byte) (*registry.Call, error) {
 		}
 	}
 	if uerr != nil {
-		return &c, errBadRequest("invalid_call", "the call does not have the expected shape: "+uerr.Error())
+		return &c, errBadRequest("invalid_call", "the call does not have the expected shape: "+shapeError(uerr))
 	}
 	if c.ToolName == "" {
 		return &c, errBadRequest("missing_tool_name", `the call names no tool; send {"toolName": "...", "arguments": {...}}, an OpenAI tool call or function_call item, an Anthropic tool_use block or a Gemini functionCall part`)
@@ -79,6 +83,29 @@ func decodeCall(raw []byte) (*registry.Call, error) {
 		return &c, errBadRequest("invalid_call", "toolCallId is longer than 256 characters")
 	}
 	return &c, nil
+}
+
+// shapeError says which member of a call has the wrong type, in JSON
+// terms rather than Go's.
+func shapeError(err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Field == "" {
+		return err.Error()
+	}
+	want := "a " + te.Type.Kind().String()
+	switch te.Type.Kind() {
+	case reflect.String:
+		want = "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		want = "an integer"
+	case reflect.Bool:
+		want = "a boolean"
+	case reflect.Slice, reflect.Array:
+		want = "an array"
+	case reflect.Struct, reflect.Map, reflect.Pointer:
+		want = "an object"
+	}
+	return fmt.Sprintf("%s must be %s, not %s", strings.TrimPrefix(te.Field, "Call."), want, te.Value)
 }
 
 func (s *Server) handleCall(w http.ResponseWriter, r *http.Request) error {
