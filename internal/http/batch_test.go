@@ -1,9 +1,11 @@
 package http
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -387,6 +389,27 @@ func TestShapeErrorSpeaksJSON(t *testing.T) {
 		_, err := decodeCall([]byte(body))
 		if err == nil || !strings.HasSuffix(err.(*Problem).Detail, want) {
 			t.Errorf("%s: %v, want …%s", body, err, want)
+		}
+	}
+}
+
+// BenchmarkPostCallsBatch is POST /calls/batch with ten read_only calls end
+// to end through a real HTTP server on loopback.
+func BenchmarkPostCallsBatch(b *testing.B) {
+	e := newEnv(b)
+	call := `{"toolName":"text__transform","arguments":{"operation":"upper","text":"hello"}}`
+	body := []byte(`{"calls":[` + strings.TrimSuffix(strings.Repeat(call+",", 10), ",") + `]}`)
+	client := e.ts.Client()
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := client.Post(e.ts.URL+"/calls/batch", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatal(resp.Status)
 		}
 	}
 }

@@ -72,19 +72,23 @@ func (k searchKey) rank(query string, terms []string) relevance {
 	return r
 }
 
+// match scans a string once when the term is not in it, the common case.
 func (k searchKey) match(term string) int {
-	switch {
-	case k.name == term:
-		return nameExact
-	case strings.HasPrefix(k.name, term):
-		return namePrefix
-	case hasWord(k.name, term):
-		return nameWord
-	case strings.Contains(k.name, term):
+	if strings.Contains(k.name, term) {
+		switch {
+		case k.name == term:
+			return nameExact
+		case strings.HasPrefix(k.name, term):
+			return namePrefix
+		case hasWord(k.name, term):
+			return nameWord
+		}
 		return nameSubstring
-	case hasWord(k.desc, term):
-		return descWord
-	case strings.Contains(k.desc, term):
+	}
+	if strings.Contains(k.desc, term) {
+		if hasWord(k.desc, term) {
+			return descWord
+		}
 		return descSubstring
 	}
 	return noMatch
@@ -119,10 +123,14 @@ type hit struct {
 	rel  relevance
 }
 
-// sortHits orders hits by relevance; hits arrive in name order and the
-// sort is stable, so ties stay sorted by name.
+// sortHits orders hits by relevance, ties by name.
 func sortHits(hits []hit) []*Tool {
-	slices.SortStableFunc(hits, func(a, b hit) int { return a.rel.compare(b.rel) })
+	slices.SortFunc(hits, func(a, b hit) int {
+		if c := a.rel.compare(b.rel); c != 0 {
+			return c
+		}
+		return strings.Compare(a.tool.Name, b.tool.Name)
+	})
 	out := make([]*Tool, len(hits))
 	for i, h := range hits {
 		out[i] = h.tool
