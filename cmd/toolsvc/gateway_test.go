@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -67,5 +68,22 @@ func TestBatchParallelismIsValidated(t *testing.T) {
 	var out strings.Builder
 	if err := run(context.Background(), []string{"toolsvc", "validate"}, []string{ws, "TOOLSVC_PLAN_TOOL=true"}, &out, io.Discard); err != nil || out.String() != "configuration OK: 14 tools\n" {
 		t.Errorf("validate with the plan tool: %v %q", err, out.String())
+	}
+}
+
+// TestPlanToolSurvivesReload: a reload builds a new plan__execute, which
+// must be bound to the executor like the first one.
+func TestPlanToolSurvivesReload(t *testing.T) {
+	c := newConfigDir(t)
+	c.write("policy.yaml", "apiVersion: toolsvc/v1\nkind: Policy\nmetadata: {name: p}\nspec: {}\n", 0o644)
+	in := start(t, "TOOLSVC_CONFIG="+c.dir, "TOOLSVC_WATCH=true", "TOOLSVC_PLAN_TOOL=true")
+	in.waitFor("the watcher", func() bool { return strings.Contains(in.logs.String(), "watching the configuration") })
+	c.write("policy.yaml", "apiVersion: toolsvc/v1\nkind: Policy\nmetadata: {name: p2}\nspec: {}\n", 0o644)
+	in.waitFor("the reload", func() bool {
+		return strings.Contains(in.get("/metrics"), `toolsvc_config_reloads_total{result="ok"} 1`)
+	})
+	status, res := in.post("/calls", `{"toolName":"plan__execute","arguments":{"steps":[{"tool":"text__transform","arguments":{"operation":"upper","text":"ok"}}]}}`)
+	if status != 200 || res["status"] != "ok" || !strings.Contains(fmt.Sprint(res["output"]), "OK") {
+		t.Errorf("plan__execute after a reload: %d %v", status, res)
 	}
 }
