@@ -73,6 +73,9 @@ type Config struct {
 	HTTPDefaultBytes    int64          `env:"TOOLSVC_HTTP_DEFAULT_BYTES" envDefault:"1048576"`
 	HTTPMaxRequestBytes int            `env:"TOOLSVC_HTTP_MAX_REQUEST_BYTES" envDefault:"1048576"`
 
+	BatchParallelism int  `env:"TOOLSVC_BATCH_PARALLELISM" envDefault:"10"`
+	PlanTool         bool `env:"TOOLSVC_PLAN_TOOL" envDefault:"false"`
+
 	// TraceContent records tool arguments and outputs on spans.
 	TraceContent bool `env:"TOOLSVC_TRACE_CONTENT"`
 	// OpenTelemetry's standard variables; the OTLP exporter reads the rest
@@ -131,6 +134,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxConcurrency < 0 {
 		errs = append(errs, "TOOLSVC_MAX_CONCURRENCY must not be negative")
+	}
+	if c.BatchParallelism < 1 || c.BatchParallelism > 50 {
+		errs = append(errs, "TOOLSVC_BATCH_PARALLELISM must be between 1 and 50")
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err.Error())

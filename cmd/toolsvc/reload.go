@@ -156,6 +156,9 @@ func (r *reloader) Reload() error {
 		r.log.Error("configuration reload failed; the running configuration stays", "error", err)
 		return err
 	}
+	if a.plan != nil {
+		a.plan.Bind(r.exec)
+	}
 	r.exec.Load(a.registry, a.policy)
 	if r.callers != nil {
 		r.callers.p.Store(a.auth)

@@ -29,6 +29,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/tools/httpfetch"
 	"github.com/toolsvc/toolsvc/internal/tools/jsonq"
 	"github.com/toolsvc/toolsvc/internal/tools/mcpbridge"
+	"github.com/toolsvc/toolsvc/internal/tools/plan"
 	"github.com/toolsvc/toolsvc/internal/tools/shell"
 	"github.com/toolsvc/toolsvc/internal/tools/text"
 	"github.com/toolsvc/toolsvc/internal/tools/workspace"
@@ -105,6 +106,8 @@ type app struct {
 	// them when they were not contacted (validate).
 	mcp        *mcpbridge.Set
 	mcpServers int
+	// plan binds plan__execute to the executor; nil without the plan tool.
+	plan *plan.Binder
 }
 
 // build loads resources and built-in tools into a registry, policy and
@@ -175,6 +178,11 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 		return nil, err
 	}
 	tools = append(tools, shellTools...)
+	if cfg.PlanTool {
+		var planTools []*registry.Tool
+		planTools, a.plan = plan.Tools(plan.Options{Batch: batchOptions(cfg), Timeout: cfg.MaxTimeout})
+		tools = append(tools, planTools...)
+	}
 	a.sandbox = sb
 	a.defaults = registry.Defaults{
 		Timeout:           cfg.DefaultTimeout,
@@ -222,6 +230,11 @@ func buildShell(cfg Config, ws *workspace.Workspace, log *slog.Logger) (*sandbox
 		return nil, nil, err
 	}
 	return sb, tools, nil
+}
+
+// batchOptions are the batch settings of POST /calls/batch and plan__execute.
+func batchOptions(cfg Config) registry.BatchOptions {
+	return registry.BatchOptions{Parallelism: cfg.BatchParallelism}
 }
 
 func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
@@ -282,6 +295,9 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		Store:          st,
 		ApprovalTTL:    cfg.ApprovalTTL,
 	})
+	if a.plan != nil {
+		a.plan.Bind(exec)
+	}
 	var auth toolhttp.Authenticator
 	var callers *liveAuth // replaced by reloads
 	if a.auth != nil {
@@ -301,6 +317,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		Limits:         toolhttp.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxJSONDepth: cfg.MaxJSONDepth},
 		ReadyDetails:   map[string]any{"sandbox": a.sandbox.Status(), "mcp": mcp.Readiness()},
 		Ready:          map[string]toolhttp.Check{"store": st.Ping},
+		Batch:          batchOptions(cfg),
 	})
 	defer reloads.start(ctx, hup, mcpChanged)()
 

@@ -74,9 +74,9 @@ func (s *Server) mcpList(caller *registry.Caller) *mcp.ListToolsResult {
 			InputSchema: t.Parameters,
 			Annotations: &mcp.ToolAnnotations{
 				Title:           a.Title,
-				ReadOnlyHint:    a.ReadOnlyHint != nil && *a.ReadOnlyHint,
+				ReadOnlyHint:    a.ReadOnlyHint,
 				DestructiveHint: a.DestructiveHint,
-				IdempotentHint:  a.IdempotentHint != nil && *a.IdempotentHint,
+				IdempotentHint:  a.IdempotentHint,
 				OpenWorldHint:   a.OpenWorldHint,
 			},
 		})

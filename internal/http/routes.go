@@ -31,6 +31,7 @@ func (s *Server) addRoutes(r chi.Router) {
 		r.Get("/tools", s.handle(s.handleListTools))
 		r.Get("/tools/{name}", s.handle(s.handleGetTool))
 		r.With(s.require(registry.ScopeCall), s.admitCall).Post("/calls", s.handle(s.handleCall))
+		r.With(s.require(registry.ScopeCall), s.admitCall).Post("/calls/batch", s.handle(s.handleBatch))
 		r.With(s.require(registry.ScopeCall)).Get("/calls/{toolCallId}", s.handle(s.handleGetCall))
 		r.Get("/approvals", s.handle(s.handleListApprovals))
 		r.Get("/approvals/{id}", s.handle(s.handleGetApproval))

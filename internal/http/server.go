@@ -20,6 +20,7 @@ import (
 // Executor runs calls and approved calls; *registry.Executor implements it.
 type Executor interface {
 	Execute(ctx context.Context, caller *registry.Caller, call *registry.Call) (*registry.Result, error)
+	ExecuteBatch(ctx context.Context, caller *registry.Caller, calls []*registry.Call, o registry.BatchOptions) ([]*registry.Result, error)
 	Decide(ctx context.Context, approver *registry.Caller, id string, v registry.Verdict, reason string) (*registry.Approval, *registry.Result, error)
 	Registry() *registry.Registry
 	// Store is where calls and approvals are kept; nil when nowhere.
@@ -62,6 +63,8 @@ type Deps struct {
 	Ready map[string]Check
 	// ReadyDetails are reported by /readyz (e.g. the sandbox layers).
 	ReadyDetails map[string]any
+	// Batch schedules the calls of POST /calls/batch.
+	Batch registry.BatchOptions
 }
 
 // Server is the HTTP side of toolsvc.

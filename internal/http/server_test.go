@@ -321,11 +321,11 @@ func TestCalls(t *testing.T) {
 	r = e.do("POST", "/calls?format=anthropic", []byte(`{"type":"tool_use","id":"toolu_1","name":"text__transform","input":{"operation":"nope"}}`), jsonCT, true)
 	var ant struct {
 		ToolUseID string `json:"tool_use_id"`
-		Content   string `json:"content"`
-		IsError   bool   `json:"is_error"`
+		Content   []struct{ Type, Text string }
+		IsError   bool `json:"is_error"`
 	}
 	r.json(t, &ant)
-	if ant.ToolUseID != "toolu_1" || !ant.IsError || !strings.HasPrefix(ant.Content, "Error E_INVALID_ARGUMENTS") || !strings.Contains(ant.Content, "Suggestion: ") {
+	if ant.ToolUseID != "toolu_1" || !ant.IsError || len(ant.Content) != 1 || !strings.HasPrefix(ant.Content[0].Text, "Error E_INVALID_ARGUMENTS") || !strings.Contains(ant.Content[0].Text, "Suggestion: ") {
 		t.Errorf("anthropic: %s", r.body)
 	}
 	r = e.do("POST", "/calls?format=mcp", []byte(`{"toolName":"text__transform","arguments":{"operation":"lower","text":"Q"}}`), jsonCT, true)

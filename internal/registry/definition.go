@@ -65,6 +65,13 @@ type Request struct {
 	MaxOutputBytes int
 	// Deadline is when the call's timeout expires.
 	Deadline time.Time
+	// Caller is who made the call. Tools that make calls of their own
+	// (plan__execute) make them as this caller, so each is checked by
+	// policy as if the caller had made it.
+	Caller *Caller
+	// Catalog is the call's own narrowing of the caller's catalog (empty:
+	// none); tools that make calls of their own pass it on.
+	Catalog []string
 }
 
 // Bind decodes the arguments into v.

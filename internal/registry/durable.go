@@ -172,7 +172,7 @@ func (e *Executor) runApproved(ctx context.Context, a *Approval) *Result {
 		} else {
 			// An approved call has waited long enough: it runs even when the
 			// concurrency limit is reached.
-			err = e.execute(ctx, tool, caller, res, a.Arguments, a.Context, 0)
+			err = e.execute(ctx, tool, caller, res, a.Arguments, a.Context, nil, 0)
 		}
 	}
 	e.finalize(res, tool, err, start)

@@ -262,7 +262,7 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 		}
 		return &Error{Code: CodePolicyDenied, Message: msg, Suggestion: "Do not retry this call; choose another approach or ask the user."}
 	}
-	release, err := e.acquire()
+	release, err := e.acquire(ctx)
 	if err != nil {
 		return err
 	}
@@ -280,24 +280,40 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 		}
 		p.recorded = true
 	}
-	return e.execute(ctx, tool, caller, res, args, call.Context, call.TimeoutMs)
+	return e.execute(ctx, tool, caller, res, args, call.Context, call.Catalog, call.TimeoutMs)
 }
 
-// acquire takes one of the concurrency slots, or fails with ErrOverloaded.
-func (e *Executor) acquire() (release func(), err error) {
+// acquire takes one of the concurrency slots: at once, or within the
+// capacity wait a batch puts in ctx. It fails with ErrOverloaded when none
+// is free in time.
+func (e *Executor) acquire(ctx context.Context) (release func(), err error) {
 	if e.slots == nil {
 		return func() {}, nil
 	}
+	release = func() { <-e.slots }
 	select {
 	case e.slots <- struct{}{}:
-		return func() { <-e.slots }, nil
+		return release, nil
 	default:
+	}
+	wait, _ := ctx.Value(capacityWaitKey{}).(time.Duration)
+	if wait <= 0 {
 		return nil, ErrOverloaded
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case e.slots <- struct{}{}:
+		return release, nil
+	case <-t.C:
+		return nil, ErrOverloaded
+	case <-ctx.Done():
+		return nil, canceledError(ctx)
 	}
 }
 
 // execute runs an admitted call under its timeout and encodes its output.
-func (e *Executor) execute(ctx context.Context, tool *Tool, caller *Caller, res *Result, args json.RawMessage, cc CallContext, timeoutMs int64) error {
+func (e *Executor) execute(ctx context.Context, tool *Tool, caller *Caller, res *Result, args json.RawMessage, cc CallContext, catalog []string, timeoutMs int64) error {
 	timeout := tool.Timeout
 	if timeoutMs > 0 && time.Duration(timeoutMs)*time.Millisecond < timeout {
 		timeout = time.Duration(timeoutMs) * time.Millisecond
@@ -308,7 +324,7 @@ func (e *Executor) execute(ctx context.Context, tool *Tool, caller *Caller, res 
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Int64("toolsvc.timeout_ms", timeout.Milliseconds()))
 	out, err := e.invoke(ctx, tool, &Request{
 		Name: tool.Name, CallID: res.ToolCallID, Arguments: args, Context: cc,
-		MaxOutputBytes: tool.MaxOutputBytes,
+		MaxOutputBytes: tool.MaxOutputBytes, Caller: caller, Catalog: catalog,
 	}, timeout)
 	if err != nil {
 		return err
@@ -323,6 +339,10 @@ func (e *Executor) execute(ctx context.Context, tool *Tool, caller *Caller, res 
 	}
 	return nil
 }
+
+// capacityWaitKey carries, in a batch's context, how long a call may wait
+// for a free slot before it counts as overloaded.
+type capacityWaitKey struct{}
 
 // errInternal marks failures that are bugs: the model sees a generic
 // message and the detail goes to the log.

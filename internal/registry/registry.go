@@ -21,6 +21,7 @@ type Defaults struct {
 type Registry struct {
 	tools  []*Tool // sorted by name
 	byName map[string]*Tool
+	keys   []searchKey // keys[i] is the search key of tools[i]
 }
 
 // New validates and compiles tools into a registry: names checked, schemas
@@ -39,6 +40,10 @@ func New(d Defaults, tools ...*Tool) (*Registry, error) {
 		r.tools = append(r.tools, t)
 	}
 	slices.SortFunc(r.tools, func(a, b *Tool) int { return strings.Compare(a.Name, b.Name) })
+	r.keys = make([]searchKey, len(r.tools))
+	for i, t := range r.tools {
+		r.keys[i] = newSearchKey(t)
+	}
 	return r, nil
 }
 
@@ -97,18 +102,31 @@ func (r *Registry) Lookup(name string) (*Tool, bool) {
 
 // Filter selects tools from a catalog listing. Zero fields select all.
 type Filter struct {
-	Tier  Tier
-	Tag   string
+	Tier Tier
+	Tag  string
+	// Query is a case-insensitive search: a tool matches when one of the
+	// query's words is in its name or description.
 	Query string
 	Names []string
 }
 
-// List returns the tools caller may see that match f, sorted by name.
-// A nil caller sees everything.
+// List returns the tools caller may see that match f, sorted by name, or,
+// with a query, by relevance: the whole query as the name first, then
+// tools matching more of the query's words, then better matches (exact
+// name, name prefix, a word of the name, part of the name, a word of the
+// description, part of the description), ties by name. A nil caller sees
+// everything.
 func (r *Registry) List(caller *Caller, f Filter) []*Tool {
-	q := strings.ToLower(f.Query)
-	out := make([]*Tool, 0, len(r.tools))
-	for _, t := range r.tools {
+	terms := queryTerms(f.Query)
+	query := strings.ToLower(strings.TrimSpace(f.Query))
+	var hits []hit
+	var out []*Tool
+	if len(terms) > 0 {
+		hits = make([]hit, 0, len(r.tools))
+	} else {
+		out = make([]*Tool, 0, len(r.tools))
+	}
+	for i, t := range r.tools {
 		if caller != nil && !caller.Sees(&t.Definition) {
 			continue
 		}
@@ -121,10 +139,16 @@ func (r *Registry) List(caller *Caller, f Filter) []*Tool {
 		if len(f.Names) > 0 && !slices.Contains(f.Names, t.Name) {
 			continue
 		}
-		if q != "" && !strings.Contains(strings.ToLower(t.Name), q) && !strings.Contains(strings.ToLower(t.Description), q) {
+		if len(terms) > 0 {
+			if rel := r.keys[i].rank(query, terms); rel.matched > 0 {
+				hits = append(hits, hit{t, rel})
+			}
 			continue
 		}
 		out = append(out, t)
+	}
+	if len(terms) > 0 {
+		return sortHits(hits)
 	}
 	return out
 }

@@ -1,0 +1,177 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// MaxBatchCalls is the most calls one batch (or plan) may hold.
+const MaxBatchCalls = 50
+
+// Defaults of BatchOptions.
+const (
+	DefaultBatchParallelism = 10
+	DefaultCapacityWait     = 2 * time.Second
+)
+
+// ErrBatchTooLarge means a batch holds more than MaxBatchCalls calls.
+var ErrBatchTooLarge = fmt.Errorf("a batch holds at most %d calls", MaxBatchCalls)
+
+// BatchOptions shape how ExecuteBatch schedules calls.
+type BatchOptions struct {
+	// Parallelism bounds the read_only calls of a batch that run at once;
+	// 0 means DefaultBatchParallelism.
+	Parallelism int
+	// CapacityWait is how long a call of the batch waits for a free slot
+	// when the executor's MaxConcurrency is reached, before it is answered
+	// as not run; 0 means DefaultCapacityWait. A batch thus never runs
+	// more calls than the global limit allows.
+	CapacityWait time.Duration
+}
+
+func (o BatchOptions) withDefaults() BatchOptions {
+	if o.Parallelism <= 0 {
+		o.Parallelism = DefaultBatchParallelism
+	}
+	if o.CapacityWait <= 0 {
+		o.CapacityWait = DefaultCapacityWait
+	}
+	return o
+}
+
+// ExecuteBatch runs calls for caller and returns their results in request
+// order. Each call goes through Execute, so lookup, validation, policy,
+// timeouts and metrics apply to each. Consecutive calls of read_only tools
+// (and of unknown names, which only produce an error) run concurrently, at
+// most o.Parallelism at once; a call of any other tier is a barrier: it
+// starts once everything before it has finished, runs alone, and what
+// follows waits for it. One call's failure never stops the others. When
+// ctx ends, running calls are cancelled and calls not started get
+// E_CANCELED results.
+//
+// A call that finds no free slot within o.CapacityWait gets an E_CANCELED
+// result saying it did not run. When that happens to every call, so that
+// nothing ran, the error is ErrOverloaded and there are no results; the
+// error is ErrBatchTooLarge beyond MaxBatchCalls calls.
+func (e *Executor) ExecuteBatch(ctx context.Context, caller *Caller, calls []*Call, o BatchOptions) ([]*Result, error) {
+	if len(calls) > MaxBatchCalls {
+		return nil, ErrBatchTooLarge
+	}
+	o = o.withDefaults()
+	reg := e.Registry()
+	ctx, span := e.tracer.Start(ctx, "execute_batch", trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(attribute.Int("toolsvc.batch.calls", len(calls))))
+	defer span.End()
+	ctx = context.WithValue(ctx, capacityWaitKey{}, o.CapacityWait)
+
+	b := &batch{e: e, caller: caller, calls: calls, results: make([]*Result, len(calls)), overloaded: make([]bool, len(calls))}
+	for i := 0; i < len(calls); {
+		if ctx.Err() != nil {
+			b.notStarted(ctx, i, len(calls))
+			break
+		}
+		if !concurrent(reg, calls[i]) {
+			b.run(ctx, i)
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(calls) && concurrent(reg, calls[j]) {
+			j++
+		}
+		b.group(ctx, i, j, o.Parallelism)
+		i = j
+	}
+	return b.finish(o.CapacityWait)
+}
+
+// concurrent reports whether a call may run alongside its neighbours:
+// read_only tools, and names that are not registered (they only produce
+// an error result).
+func concurrent(reg *Registry, c *Call) bool {
+	t, ok := reg.Lookup(c.ToolName)
+	return !ok || t.Tier == ReadOnly
+}
+
+// batch is one ExecuteBatch in progress.
+type batch struct {
+	e          *Executor
+	caller     *Caller
+	calls      []*Call
+	results    []*Result
+	overloaded []bool
+}
+
+func (b *batch) run(ctx context.Context, i int) {
+	res, err := b.e.Execute(ctx, b.caller, b.calls[i])
+	if errors.Is(err, ErrOverloaded) {
+		b.overloaded[i] = true
+		return
+	}
+	b.results[i] = res
+}
+
+// group runs calls[from:to] with at most n at once. Once ctx ends, calls
+// not yet started are not started.
+func (b *batch) group(ctx context.Context, from, to, n int) {
+	sem := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	for i := from; i < to; i++ {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			b.notStarted(ctx, i, to)
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			b.run(ctx, i)
+		})
+	}
+	wg.Wait()
+}
+
+func (b *batch) notStarted(ctx context.Context, from, to int) {
+	for i := from; i < to; i++ {
+		err := canceledError(ctx)
+		err.Message = "not started: " + err.Message
+		b.results[i] = b.errorResult(i, err)
+	}
+}
+
+func (b *batch) errorResult(i int, err *Error) *Result {
+	c := b.calls[i]
+	res := &Result{ToolCallID: c.ToolCallID, ToolName: c.ToolName, Status: StatusError, Error: err}
+	if res.ToolCallID == "" {
+		res.ToolCallID = NewCallID()
+	}
+	if t, ok := b.e.Registry().Lookup(c.ToolName); ok {
+		err.Name = t.Name
+	}
+	return res
+}
+
+func (b *batch) finish(wait time.Duration) ([]*Result, error) {
+	n := 0
+	for i, over := range b.overloaded {
+		if !over {
+			continue
+		}
+		n++
+		b.results[i] = b.errorResult(i, &Error{Code: CodeCanceled,
+			Message:    fmt.Sprintf("not run: the service is at its limit of calls in flight and had no capacity for this call within %s; nothing was executed", wait),
+			Suggestion: "Retry this call in a moment."})
+	}
+	if n > 0 && n == len(b.calls) {
+		return nil, ErrOverloaded
+	}
+	return b.results, nil
+}

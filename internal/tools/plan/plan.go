@@ -1,0 +1,170 @@
+// Package plan provides plan__execute, an opt-in meta-tool with which a
+// model runs several tool calls in one step. The steps run as a batch
+// through the executor that runs every other call, so each step is looked
+// up, validated, checked by policy for the same caller, timed out,
+// truncated and counted on its own.
+package plan
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// Name is the name of the plan tool.
+const Name = "plan__execute"
+
+// DefaultMaxOutputBytes bounds a plan's output when Options leave it unset:
+// a plan returns the outputs of many steps at once.
+const DefaultMaxOutputBytes = 65536
+
+// Runner runs a batch of calls; *registry.Executor implements it.
+type Runner interface {
+	ExecuteBatch(ctx context.Context, caller *registry.Caller, calls []*registry.Call, o registry.BatchOptions) ([]*registry.Result, error)
+}
+
+// Options configure plan__execute.
+type Options struct {
+	// Batch schedules the steps: read_only steps run concurrently, at most
+	// Batch.Parallelism at once.
+	Batch registry.BatchOptions
+	// Timeout bounds a whole plan; 0 takes the registry's default timeout.
+	Timeout time.Duration
+	// MaxOutputBytes bounds a plan's output; 0 means DefaultMaxOutputBytes.
+	MaxOutputBytes int
+}
+
+// Binder connects plan__execute to the executor that runs its steps. The
+// executor needs the registry that holds the tool, so the tool is built
+// first and bound once the executor exists.
+type Binder struct {
+	runner atomic.Pointer[Runner]
+}
+
+// Bind makes r run the steps of every plan from now on.
+func (b *Binder) Bind(r Runner) { b.runner.Store(&r) }
+
+// Tools returns plan__execute and the Binder to give it its executor.
+func Tools(o Options) ([]*registry.Tool, *Binder) {
+	if o.MaxOutputBytes <= 0 {
+		o.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	b := &Binder{}
+	yes, no := true, false
+	t := &registry.Tool{
+		Definition: registry.Definition{
+			Name: Name,
+			Description: "Run several tool calls in one step and get all their results at once. " +
+				"Give the calls as `steps`, each {\"tool\": name, \"arguments\": {...}}, at most " + strconv.Itoa(registry.MaxBatchCalls) + ". " +
+				"Steps of read-only tools next to each other run at the same time; any other step runs alone, in order, after the steps before it. " +
+				"A step cannot use another step's output, so put only independent calls in one plan. " +
+				"Each step is checked and run exactly as if you had called its tool directly, and one failed step does not stop the others. " +
+				"A plan cannot contain " + Name + ". " +
+				"Returns [{\"step\": n, \"tool\": name, \"status\": \"ok\"|\"error\"|\"pending_approval\", \"output\"|\"error\": ...}] in step order.",
+			Parameters:     json.RawMessage(schema),
+			Tier:           registry.SideEffecting,
+			Timeout:        o.Timeout,
+			MaxOutputBytes: o.MaxOutputBytes,
+			Annotations:    &registry.Annotations{Title: "Run a plan of tool calls", ReadOnlyHint: &no, DestructiveHint: &yes, IdempotentHint: &no, OpenWorldHint: &yes},
+			Tags:           []string{"plan"},
+			Type:           "builtin",
+		},
+		Handler: registry.Func(func(ctx context.Context, req *registry.Request) (any, error) {
+			return b.run(ctx, req, o.Batch)
+		}),
+	}
+	return []*registry.Tool{t}, b
+}
+
+var schema = `{
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["steps"],
+  "properties": {
+    "steps": {
+      "type": "array",
+      "minItems": 1,
+      "maxItems": ` + strconv.Itoa(registry.MaxBatchCalls) + `,
+      "description": "The tool calls to run, in order.",
+      "items": {
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["tool"],
+        "properties": {
+          "tool": {"type": "string", "minLength": 1, "maxLength": 64, "description": "The exact name of a tool you were given, e.g. \"fs__read\"."},
+          "arguments": {"type": "object", "description": "The tool's arguments, as you would pass them to the tool itself."}
+        }
+      }
+    }
+  }
+}`
+
+type step struct {
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// StepResult is the outcome of one step of a plan.
+type StepResult struct {
+	// Step is the step's position, from 1.
+	Step          int                      `json:"step"`
+	Tool          string                   `json:"tool"`
+	Status        registry.Status          `json:"status"`
+	Output        json.RawMessage          `json:"output,omitempty"`
+	Truncated     bool                     `json:"truncated,omitempty"`
+	OriginalBytes int64                    `json:"originalBytes,omitempty"`
+	Error         *registry.Error          `json:"error,omitempty"`
+	Approval      *registry.ApprovalTicket `json:"approval,omitempty"`
+}
+
+func (b *Binder) run(ctx context.Context, req *registry.Request, o registry.BatchOptions) (any, error) {
+	var a struct {
+		Steps []step `json:"steps"`
+	}
+	if err := req.Bind(&a); err != nil {
+		return nil, err
+	}
+	for i, s := range a.Steps {
+		if s.Tool == Name {
+			return nil, &registry.Error{Code: registry.CodeInvalidArguments,
+				Message:    fmt.Sprintf("step %d calls %s: a plan cannot contain another plan", i+1, Name),
+				Suggestion: "Put the inner plan's steps into this plan's steps, or call " + Name + " again after this plan returns."}
+		}
+	}
+	r := b.runner.Load()
+	if r == nil || req.Caller == nil {
+		// A wiring mistake; the model can do nothing about it.
+		return nil, &registry.Error{Code: registry.CodeInternal, Message: "internal error"}
+	}
+	calls := make([]*registry.Call, len(a.Steps))
+	for i, s := range a.Steps {
+		calls[i] = &registry.Call{
+			ToolCallID: req.CallID + "-step-" + strconv.Itoa(i+1),
+			ToolName:   s.Tool,
+			Arguments:  s.Arguments,
+			Catalog:    req.Catalog,
+			Context:    req.Context,
+		}
+	}
+	results, err := (*r).ExecuteBatch(ctx, req.Caller, calls, o)
+	if errors.Is(err, registry.ErrOverloaded) {
+		return nil, &registry.Error{Code: registry.CodeTool,
+			Message:    "no step ran: the service is at its limit of calls in flight",
+			Suggestion: "Retry the plan in a moment."}
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]StepResult, len(results))
+	for i, res := range results {
+		out[i] = StepResult{Step: i + 1, Tool: res.ToolName, Status: res.Status, Output: res.Output,
+			Truncated: res.Truncated, OriginalBytes: res.OriginalBytes, Error: res.Error, Approval: res.Approval}
+	}
+	return out, nil
+}

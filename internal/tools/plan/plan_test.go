@@ -1,0 +1,173 @@
+package plan
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/tools/jsonq"
+	"github.com/toolsvc/toolsvc/internal/tools/text"
+)
+
+// testEnv is a real executor serving the plan tool, the text and jq tools,
+// and a side-effecting and a privileged tool that record their runs.
+type testEnv struct {
+	exec *registry.Executor
+	mu   sync.Mutex
+	log  []string
+}
+
+func newTestEnv(t *testing.T, bind bool) *testEnv {
+	t.Helper()
+	env := &testEnv{}
+	record := func(name string) registry.Func {
+		return func(ctx context.Context, r *registry.Request) (any, error) {
+			env.mu.Lock()
+			defer env.mu.Unlock()
+			env.log = append(env.log, name+" by "+r.Caller.ID+" in "+r.Context.InstanceKey)
+			return "done", nil
+		}
+	}
+	obj := json.RawMessage(`{"type":"object","additionalProperties":false}`)
+	side := &registry.Tool{Definition: registry.Definition{Name: "test__write", Description: "writes", Tier: registry.SideEffecting, Parameters: obj}, Handler: record("write")}
+	priv := &registry.Tool{Definition: registry.Definition{Name: "test__exec", Description: "runs", Tier: registry.Privileged, Parameters: obj}, Handler: record("exec")}
+	planTools, binder := Tools(Options{})
+	tools := append(append(append(planTools, text.Tools()...), jsonq.Tools()...), side, priv)
+	reg, err := registry.New(registry.Defaults{Timeout: 10 * time.Second, MaxOutputBytes: 16384, ErrorMessageLimit: 1000}, tools...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.exec = registry.NewExecutor(registry.Options{Registry: reg})
+	if bind {
+		binder.Bind(env.exec)
+	}
+	return env
+}
+
+func (env *testEnv) plan(t *testing.T, caller *registry.Caller, call *registry.Call) (*registry.Result, []StepResult) {
+	t.Helper()
+	call.ToolName = Name
+	if call.ToolCallID == "" {
+		call.ToolCallID = "plan-1"
+	}
+	res, err := env.exec.Execute(context.Background(), caller, call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []StepResult
+	if res.Status == registry.StatusOK {
+		if err := json.Unmarshal(res.Output, &steps); err != nil {
+			t.Fatalf("plan output is not a list of steps: %v: %s", err, res.Output)
+		}
+	}
+	return res, steps
+}
+
+func TestPlanRunsEveryStep(t *testing.T) {
+	env := newTestEnv(t, true)
+	res, steps := env.plan(t, registry.Anonymous(), &registry.Call{
+		Context: registry.CallContext{InstanceKey: "conv-1"},
+		Arguments: json.RawMessage(`{"steps":[
+			{"tool":"text__transform","arguments":{"operation":"upper","text":"abc"}},
+			{"tool":"json__query","arguments":{"program":".a","input":{"a":7}}},
+			{"tool":"text__transform","arguments":{"operation":"nope"}},
+			{"tool":"test__write","arguments":{}},
+			{"tool":"test__exec"},
+			{"tool":"fs__read","arguments":{"path":"x"}}
+		]}`)})
+	if res.Status != registry.StatusOK || len(steps) != 6 {
+		t.Fatalf("plan: %+v %s", res, res.Output)
+	}
+	want := []struct {
+		tool   string
+		status registry.Status
+		code   registry.Code
+		output string
+	}{
+		{"text__transform", registry.StatusOK, "", `{"result":"ABC"}`},
+		{"json__query", registry.StatusOK, "", `{"count":1,"results":[7]}`},
+		{"text__transform", registry.StatusError, registry.CodeInvalidArguments, ""},
+		{"test__write", registry.StatusOK, "", `"done"`},
+		// each step passes policy on its own: privileged asks, and a plan
+		// cannot approve it
+		{"test__exec", registry.StatusError, registry.CodePolicyDenied, ""},
+		{"fs__read", registry.StatusError, registry.CodeToolNotFound, ""},
+	}
+	for i, w := range want {
+		s := steps[i]
+		code := registry.Code("")
+		if s.Error != nil {
+			code = s.Error.Code
+		}
+		if s.Step != i+1 || s.Tool != w.tool || s.Status != w.status || code != w.code || (w.output != "" && string(s.Output) != w.output) {
+			t.Errorf("step %d: %+v (output %s), want %+v", i+1, s, s.Output, w)
+		}
+	}
+	if strings.Join(env.log, ";") != "write by anonymous in conv-1" {
+		t.Errorf("side effects: %v", env.log)
+	}
+}
+
+func TestPlanStepsAreCalledAsTheCaller(t *testing.T) {
+	env := newTestEnv(t, true)
+	// The caller may use the plan and the text tool, not jq: a plan does not widen that.
+	caller := &registry.Caller{ID: "narrow", Tools: []string{"plan__*", "text__*"}, Scopes: []registry.Scope{registry.ScopeCall}}
+	steps := `{"steps":[{"tool":"json__query","arguments":{"program":"."}},{"tool":"text__transform","arguments":{"operation":"trim","text":" a "}}]}`
+	_, got := env.plan(t, caller, &registry.Call{Arguments: json.RawMessage(steps)})
+	if got[0].Error == nil || got[0].Error.Code != registry.CodeToolNotInCatalog || got[1].Status != registry.StatusOK {
+		t.Errorf("steps outside the caller's catalog: %+v", got)
+	}
+	// Nor does it widen the request's own narrowing of the catalog.
+	_, got = env.plan(t, registry.Anonymous(), &registry.Call{Catalog: []string{Name, "json__query"}, Arguments: json.RawMessage(steps)})
+	if got[0].Status != registry.StatusOK || got[1].Error == nil || got[1].Error.Code != registry.CodeToolNotInCatalog {
+		t.Errorf("steps outside the request's catalog: %+v", got)
+	}
+}
+
+func TestPlanRefusals(t *testing.T) {
+	env := newTestEnv(t, true)
+	many := make([]string, registry.MaxBatchCalls+1)
+	for i := range many {
+		many[i] = `{"tool":"text__transform","arguments":{"operation":"upper","text":"a"}}`
+	}
+	cases := map[string]struct {
+		args string
+		want string
+	}{
+		"nested":     {`{"steps":[{"tool":"text__transform","arguments":{"operation":"upper","text":"a"}},{"tool":"plan__execute","arguments":{"steps":[]}}]}`, "step 2 calls plan__execute: a plan cannot contain another plan"},
+		"too many":   {`{"steps":[` + strings.Join(many, ",") + `]}`, "/steps"},
+		"empty":      {`{"steps":[]}`, "/steps"},
+		"extra keys": {`{"steps":[{"tool":"a__b","args":{}}]}`, "args"},
+	}
+	for name, c := range cases {
+		res, _ := env.plan(t, registry.Anonymous(), &registry.Call{Arguments: json.RawMessage(c.args)})
+		if res.Code() != registry.CodeInvalidArguments || !strings.Contains(fmt.Sprint(res.Error), c.want) {
+			t.Errorf("%s: %+v", name, res.Error)
+		}
+	}
+	if len(env.log) != 0 {
+		t.Errorf("a refused plan ran steps: %v", env.log)
+	}
+	unbound := newTestEnv(t, false)
+	res, _ := unbound.plan(t, registry.Anonymous(), &registry.Call{Arguments: json.RawMessage(`{"steps":[{"tool":"text__transform"}]}`)})
+	if res.Code() != registry.CodeInternal {
+		t.Errorf("unbound plan tool: %+v", res.Error)
+	}
+}
+
+func TestPlanDefinition(t *testing.T) {
+	tools, _ := Tools(Options{})
+	d := tools[0].Definition
+	if d.Name != Name || d.Tier != registry.SideEffecting || d.MaxOutputBytes != DefaultMaxOutputBytes || !strings.Contains(d.Description, "cannot contain plan__execute") {
+		t.Errorf("definition: %+v", d)
+	}
+	var s map[string]any
+	if err := json.Unmarshal(d.Parameters, &s); err != nil || s["additionalProperties"] != false {
+		t.Errorf("schema: %v %s", err, d.Parameters)
+	}
+}
