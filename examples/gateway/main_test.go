@@ -36,7 +36,7 @@ func startToolsvc(t *testing.T, workspace string) string {
 	ln.Close()
 	var logs bytes.Buffer
 	cmd := exec.Command(bin)
-	cmd.Env = []string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_WORKSPACE=" + workspace, "TOOLSVC_LOG_LEVEL=warn"}
+	cmd.Env = []string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_WORKSPACE=" + workspace, "TOOLSVC_DATA_DIR=" + t.TempDir(), "TOOLSVC_LOG_LEVEL=warn"}
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
