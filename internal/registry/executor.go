@@ -116,6 +116,14 @@ func (e *Executor) Load(reg *Registry, p Policy) {
 	if reg == nil {
 		reg, _ = New(Defaults{})
 	}
+	if e.metrics != nil {
+		// Create each tool's per-tool series at zero, so dashboards and
+		// rate() see them before the first call or truncation.
+		for _, t := range reg.tools {
+			e.metrics.truncated.WithLabelValues(t.Name)
+			e.metrics.inFlight.WithLabelValues(t.Name)
+		}
+	}
 	e.state.Store(&state{reg: reg, policy: p})
 }
 

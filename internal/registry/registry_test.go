@@ -377,3 +377,13 @@ func FuzzEncodeOutput(f *testing.F) {
 		}
 	})
 }
+
+func TestPerToolSeriesExistBeforeUse(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	newExec(t, Options{Metrics: NewMetrics(reg)}, tool("t__a", ReadOnly, echo), tool("t__b", ReadOnly, echo))
+	for _, name := range []string{"toolsvc_tool_output_truncated_total", "toolsvc_tool_calls_in_flight"} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 2 {
+			t.Errorf("%s: %d series before any call (%v), want one per tool", name, n, err)
+		}
+	}
+}
