@@ -13,7 +13,7 @@ import (
 // The canonical form is what encoding/json's Marshal writes.
 func ArgumentsDigest(v any) string {
 	// Arguments are small; their canonical form is built on the stack.
-	var stack [1024]byte
+	var stack [256]byte
 	b, ok := appendCanonical(stack[:0], v)
 	if !ok {
 		b, _ = json.Marshal(v)
@@ -61,7 +61,7 @@ func appendCanonical(dst []byte, v any) ([]byte, bool) {
 		}
 		return append(dst, ']'), true
 	case map[string]any:
-		var stack [16]string
+		var stack [8]string
 		keys := stack[:0]
 		for k := range v {
 			keys = append(keys, k)
