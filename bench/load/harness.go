@@ -106,6 +106,11 @@ func (h *harness) printMachine() {
 	fmt.Fprintf(h.out, "load:     %s (from /proc/loadavg: 1, 5, 15 min)\n", loadAvg())
 	fmt.Fprintf(h.out, "go:       %s\n", goVersion(h.o.repo))
 	fmt.Fprintf(h.out, "commit:   %s\n", commit(h.o.repo))
+	if len(h.o.toolsvcEnv) > 0 {
+		fmt.Fprintf(h.out, "toolsvc:  default configuration plus %s\n", strings.Join(h.o.toolsvcEnv, " "))
+	} else {
+		fmt.Fprintln(h.out, "toolsvc:  default configuration")
+	}
 	if h.pinned {
 		fmt.Fprintf(h.out, "pinning:  servers on CPU %s, load generators on CPU %s (taskset)\n", h.o.serverCPU, h.o.loadCPU)
 	} else {
@@ -338,7 +343,7 @@ func (h *harness) startToolsvc(ctx context.Context, name string) (*child, error)
 			return nil, err
 		}
 	}
-	env := []string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_WORKSPACE=" + ws, "TOOLSVC_DATA_DIR=" + data}
+	env := append([]string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_WORKSPACE=" + ws, "TOOLSVC_DATA_DIR=" + data}, h.o.toolsvcEnv...)
 	return h.startChild(ctx, name, addr, env, h.bin)
 }
 

@@ -48,6 +48,8 @@ type options struct {
 	pin         bool
 	repo        string
 	keep        bool
+	loads       []string
+	toolsvcEnv  []string
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -74,10 +76,16 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BoolVar(&o.pin, "pin", true, "pin servers and load generators to -server-cpu and -load-cpu (needs taskset and 2 CPUs)")
 	fs.StringVar(&o.repo, "repo", ".", "the toolsvc repository to build")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (binaries, logs, workspace)")
+	loadList := fs.String("loads", "read_only,side_effecting", "throughput: comma-separated loads: read_only (text__transform), side_effecting (fs__write)")
+	toolsvcEnv := fs.String("toolsvc-env", "", "comma-separated KEY=value settings added to toolsvc's default configuration (e.g. GOGC=400)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	o.scenarios = strings.Split(*scenarios, ",")
+	o.loads = strings.Split(*loadList, ",")
+	if *toolsvcEnv != "" {
+		o.toolsvcEnv = strings.Split(*toolsvcEnv, ",")
+	}
 	for _, s := range o.scenarios {
 		if s != "throughput" && s != "soak" && s != "scale" {
 			return fmt.Errorf("unknown scenario %q (want throughput, soak or scale)", s)
