@@ -30,6 +30,7 @@ func allowed() []struct {
 	}{
 		{"cmd/*", []string{"*"}},
 		{"examples/*", []string{}},
+		{"bench/*", []string{"internal/registry", "internal/http"}},
 		{"api", nil},
 		{"internal/registry", nil},
 		{"internal/config", nil},
@@ -47,7 +48,7 @@ func allowed() []struct {
 // httpUsers may import net/http and chi (the HTTP adapter, the program,
 // and the tools that are HTTP clients).
 func httpUsers() []string {
-	return []string{"cmd/*", "examples/*", "internal/http", "internal/telemetry", "internal/tools/httpfetch", "internal/tools/custom", "internal/tools/mcpbridge"}
+	return []string{"cmd/*", "examples/*", "bench/*", "internal/http", "internal/telemetry", "internal/tools/httpfetch", "internal/tools/custom", "internal/tools/mcpbridge"}
 }
 
 type pkg struct {

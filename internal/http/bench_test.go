@@ -99,3 +99,45 @@ func BenchmarkPostCallsTraced(b *testing.B) {
 		post(b, client, e.ts.URL, body)
 	}
 }
+
+// BenchmarkListTools is GET /tools end to end for catalogs of 10, 1,000
+// and 10,000 tools, natively and in the OpenAI shape.
+func BenchmarkListTools(b *testing.B) {
+	noop := registry.Func(func(ctx context.Context, r *registry.Request) (any, error) { return "ok", nil })
+	for _, n := range []int{10, 1000, 10000} {
+		tools := make([]*registry.Tool, n)
+		for i := range tools {
+			schema := fmt.Sprintf(`{"type":"object","additionalProperties":false,"required":["q%d"],"properties":{`+
+				`"q%d":{"type":"string","maxLength":%d,"description":"What tool %d looks for."},`+
+				`"limit":{"type":"integer","minimum":1,"maximum":100,"description":"At most this many results."}}}`, i, i, 100+i, i)
+			tools[i] = &registry.Tool{Definition: registry.Definition{Name: fmt.Sprintf("gen%02d__tool%05d", i%100, i),
+				Description: fmt.Sprintf("Generated tool number %d, for catalog benchmarks.", i), Tier: registry.ReadOnly,
+				Parameters: json.RawMessage(schema)}, Handler: noop}
+		}
+		e := newEnv(b, func(d *Deps, o *registry.Options) {
+			reg, err := registry.New(registry.Defaults{Timeout: 5e9, MaxOutputBytes: 16384, ErrorMessageLimit: 1000}, tools...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			o.Registry = reg
+		})
+		client := e.ts.Client()
+		for _, format := range []string{"native", "openai"} {
+			b.Run(fmt.Sprintf("tools=%d/format=%s", n, format), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					resp, err := client.Get(e.ts.URL + "/tools?format=" + format)
+					if err != nil {
+						b.Fatal(err)
+					}
+					n, _ := io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Fatal(resp.Status)
+					}
+					b.SetBytes(n)
+				}
+			})
+		}
+	}
+}

@@ -100,8 +100,13 @@ type Tool struct {
 	Definition
 	Handler Handler
 
-	schema     *jsonschema.Schema
-	suggestion string
+	schema *jsonschema.Schema
+	// suggestion renders, on first use, the example call that
+	// E_INVALID_ARGUMENTS suggests.
+	suggestion func() string
+	// spanName and lowerName are computed once, at registration.
+	spanName  string
+	lowerName string
 }
 
 // Schema returns the compiled parameters schema (nil before registration).

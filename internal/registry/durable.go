@@ -152,7 +152,7 @@ func (e *Executor) runApproved(ctx context.Context, a *Approval) *Result {
 	if ok {
 		label, tier = tool.Name, tool.Tier
 	}
-	ctx, span := e.startSpan(context.WithoutCancel(ctx), label, res.ToolCallID)
+	ctx, span := e.startSpan(context.WithoutCancel(ctx), "execute_tool "+label, label, res.ToolCallID)
 	defer span.End()
 	if ok {
 		span.SetAttributes(attribute.String("gen_ai.tool.type", tool.Type), attribute.String("toolsvc.tool.tier", string(tool.Tier)))

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -13,6 +12,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -77,6 +77,11 @@ type Executor struct {
 	now     func() time.Time
 	store   Store
 	ttl     time.Duration
+	// tracing is false for the default no-op tracer, whose spans are
+	// given no attributes.
+	tracing bool
+	// answers recycles the channels handlers answer on.
+	answers sync.Pool
 }
 
 // state is what a reload replaces as one.
@@ -87,7 +92,8 @@ type state struct {
 
 // NewExecutor returns an executor.
 func NewExecutor(o Options) *Executor {
-	e := &Executor{log: o.Logger, metrics: o.Metrics, tracer: o.Tracer, content: o.TraceContent, maxTime: o.MaxTimeout, now: o.Now, store: o.Store, ttl: o.ApprovalTTL}
+	e := &Executor{log: o.Logger, metrics: o.Metrics, tracer: o.Tracer, content: o.TraceContent, maxTime: o.MaxTimeout, now: o.Now, store: o.Store, ttl: o.ApprovalTTL,
+		tracing: o.Tracer != nil}
 	if e.ttl <= 0 {
 		e.ttl = 15 * time.Minute
 	}
@@ -143,11 +149,11 @@ func (e *Executor) Execute(ctx context.Context, caller *Caller, call *Call) (*Re
 		res.ToolCallID = NewCallID()
 	}
 	tool, known := st.reg.Lookup(call.ToolName)
-	label, tier := UnknownTool, Tier("")
+	label, tier, spanName := UnknownTool, Tier(""), "execute_tool "+UnknownTool
 	if known {
-		label, tier = tool.Name, tool.Tier
+		label, tier, spanName = tool.Name, tool.Tier, tool.spanName
 	}
-	ctx, span := e.startSpan(ctx, label, res.ToolCallID)
+	ctx, span := e.startSpan(ctx, spanName, label, res.ToolCallID)
 	defer span.End()
 
 	var p progress
@@ -167,9 +173,13 @@ func (e *Executor) Execute(ctx context.Context, caller *Caller, call *Call) (*Re
 }
 
 // startSpan starts the execute_tool span of a call (OpenTelemetry GenAI
-// semantic conventions).
-func (e *Executor) startSpan(ctx context.Context, label, callID string) (context.Context, trace.Span) {
-	return e.tracer.Start(ctx, "execute_tool "+label, trace.WithSpanKind(trace.SpanKindInternal),
+// semantic conventions). The no-op tracer gets neither options nor
+// attributes: building them would be its only cost.
+func (e *Executor) startSpan(ctx context.Context, name, label, callID string) (context.Context, trace.Span) {
+	if !e.tracing {
+		return e.tracer.Start(ctx, name)
+	}
+	return e.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(
 			attribute.String("gen_ai.operation.name", "execute_tool"),
 			attribute.String("gen_ai.tool.name", label),
@@ -209,7 +219,9 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 		return e.notFound(st.reg, caller, call.ToolName)
 	}
 	span := trace.SpanFromContext(ctx)
-	span.SetAttributes(attribute.String("gen_ai.tool.type", tool.Type), attribute.String("toolsvc.tool.tier", string(tool.Tier)))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("gen_ai.tool.type", tool.Type), attribute.String("toolsvc.tool.tier", string(tool.Tier)))
+	}
 	if !caller.Sees(&tool.Definition) || (len(call.Catalog) > 0 && !containsString(call.Catalog, tool.Name)) {
 		return &Error{Code: CodeToolNotInCatalog,
 			Message:    fmt.Sprintf("tool %s is not in this caller's catalog", tool.Name),
@@ -218,7 +230,7 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 	args, value, derr := decodeArguments(call.Arguments)
 	if derr != nil {
 		span.AddEvent("validation_failed")
-		derr.Suggestion = tool.suggestion
+		derr.Suggestion = tool.suggestion()
 		return derr
 	}
 	p.args = args
@@ -250,7 +262,9 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 		d = Decision{Effect: Allow, Rule: d.Rule, Reason: "approved inline by " + cmp.Or(call.Approval.By, caller.ID)}
 	}
 	p.decision = d
-	span.AddEvent("policy_decision", trace.WithAttributes(attribute.String("toolsvc.policy.decision", string(d.Effect)), attribute.String("toolsvc.policy.rule", d.Rule)))
+	if span.IsRecording() {
+		span.AddEvent("policy_decision", trace.WithAttributes(attribute.String("toolsvc.policy.decision", string(d.Effect)), attribute.String("toolsvc.policy.rule", d.Rule)))
+	}
 	if e.metrics != nil {
 		e.metrics.decisions.WithLabelValues(tool.Name, string(d.Effect)).Inc()
 	}
@@ -329,7 +343,9 @@ func (e *Executor) execute(ctx context.Context, tool *Tool, caller *Caller, res 
 	if e.maxTime > 0 && timeout > e.maxTime {
 		timeout = e.maxTime
 	}
-	trace.SpanFromContext(ctx).SetAttributes(attribute.Int64("toolsvc.timeout_ms", timeout.Milliseconds()))
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.Int64("toolsvc.timeout_ms", timeout.Milliseconds()))
+	}
 	out, err := e.invoke(ctx, tool, &Request{
 		Name: tool.Name, CallID: res.ToolCallID, Arguments: args, Context: cc,
 		MaxOutputBytes: tool.MaxOutputBytes, Caller: caller, Catalog: catalog,
@@ -372,7 +388,10 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, req *Request, timeout
 		g.Inc()
 		defer g.Dec()
 	}
-	done := make(chan outcome, 1)
+	done, _ := e.answers.Get().(chan outcome)
+	if done == nil {
+		done = make(chan outcome, 1)
+	}
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -385,6 +404,8 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, req *Request, timeout
 	}()
 	select {
 	case o := <-done:
+		// The handler has answered and sends nothing more.
+		e.answers.Put(done)
 		if o.err != nil && tctx.Err() != nil && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded) {
 			return nil, timeoutError(tool, timeout)
 		}
@@ -399,6 +420,7 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, req *Request, timeout
 		defer grace.Stop()
 		select {
 		case <-done:
+			e.answers.Put(done)
 		case <-grace.C:
 			e.log.Warn("tool did not return after its deadline; abandoned", "tool", tool.Name, "toolCallId", req.CallID)
 		}
@@ -473,16 +495,18 @@ const TraceContentLimit = 8192
 
 func (e *Executor) observe(ctx context.Context, span trace.Span, caller *Caller, res *Result, label string, tier Tier, d Decision, digest string, elapsed time.Duration) {
 	code := string(res.Code())
-	if res.Error != nil {
-		span.SetAttributes(attribute.String("error.type", code))
-		span.SetStatus(codes.Error, code)
-	}
-	span.SetAttributes(attribute.Bool("toolsvc.output.truncated", res.Truncated))
-	if e.content && res.Output != nil {
-		span.SetAttributes(attribute.String("gen_ai.tool.call.result", truncateMessage(string(res.Output), TraceContentLimit)))
-	}
-	if d.Effect != "" {
-		span.SetAttributes(attribute.String("toolsvc.policy.decision", string(d.Effect)))
+	if span.IsRecording() {
+		if res.Error != nil {
+			span.SetAttributes(attribute.String("error.type", code))
+			span.SetStatus(codes.Error, code)
+		}
+		span.SetAttributes(attribute.Bool("toolsvc.output.truncated", res.Truncated))
+		if e.content && res.Output != nil {
+			span.SetAttributes(attribute.String("gen_ai.tool.call.result", truncateMessage(string(res.Output), TraceContentLimit)))
+		}
+		if d.Effect != "" {
+			span.SetAttributes(attribute.String("toolsvc.policy.decision", string(d.Effect)))
+		}
 	}
 	if e.metrics != nil {
 		e.metrics.calls.WithLabelValues(label, string(tier), string(res.Status), code).Inc()
@@ -544,14 +568,6 @@ func describeJSON(raw []byte) string {
 		return "invalid JSON"
 	}
 	return fmt.Sprintf("%q, which is not JSON", s)
-}
-
-// ArgumentsDigest is the SHA-256 of the canonical JSON form of decoded
-// arguments (object keys sorted, no insignificant space), hex encoded.
-func ArgumentsDigest(v any) string {
-	b, _ := json.Marshal(v)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
 }
 
 // NewCallID returns a fresh toolCallId.

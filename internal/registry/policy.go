@@ -64,5 +64,19 @@ func (d TierDefaults) Decide(_ context.Context, in *PolicyInput) (Decision, erro
 	if !ok {
 		e = Ask
 	}
-	return Decision{Effect: e, Rule: "tier-default:" + string(in.Tool.Tier)}, nil
+	return Decision{Effect: e, Rule: tierDefaultRule(in.Tool.Tier)}, nil
+}
+
+// tierDefaultRule names the tier default rule of t; the names of the
+// defined tiers are constants, so a decision allocates nothing.
+func tierDefaultRule(t Tier) string {
+	switch t {
+	case ReadOnly:
+		return "tier-default:" + string(ReadOnly)
+	case SideEffecting:
+		return "tier-default:" + string(SideEffecting)
+	case Privileged:
+		return "tier-default:" + string(Privileged)
+	}
+	return "tier-default:" + string(t)
 }

@@ -3,8 +3,11 @@ package registry
 import (
 	"cmp"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,9 +31,28 @@ type Registry struct {
 // compiled once, defaults applied, duplicates refused. Errors name the tool
 // and, when known, the file and line it came from.
 func New(d Defaults, tools ...*Tool) (*Registry, error) {
+	// Compiling schemas is most of the start-up time of a large catalog,
+	// so the tools are prepared in parallel, except those that repeat an
+	// earlier name (possibly the same *Tool), prepared in order below.
+	repeat := make([]bool, len(tools))
+	seen := make(map[string]bool, len(tools))
+	for i, t := range tools {
+		repeat[i] = seen[t.Name]
+		seen[t.Name] = true
+	}
+	errs := make([]error, len(tools))
+	parallel(len(tools), func(i int) {
+		if !repeat[i] {
+			errs[i] = prepare(tools[i], d)
+		}
+	})
 	r := &Registry{byName: make(map[string]*Tool, len(tools))}
-	for _, t := range tools {
-		if err := prepare(t, d); err != nil {
+	for i, t := range tools {
+		err := errs[i]
+		if repeat[i] {
+			err = prepare(t, d)
+		}
+		if err != nil {
 			return nil, sourceError(t, err)
 		}
 		if prev, dup := r.byName[t.Name]; dup {
@@ -45,6 +67,27 @@ func New(d Defaults, tools ...*Tool) (*Registry, error) {
 		r.keys[i] = newSearchKey(t)
 	}
 	return r, nil
+}
+
+// parallel runs f(0) … f(n-1) on up to GOMAXPROCS goroutines.
+func parallel(n int, f func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/32)
+	if workers < 2 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func sourceError(t *Tool, err error) error {
@@ -87,7 +130,10 @@ func prepare(t *Tool, d Defaults) error {
 		return err
 	}
 	t.schema = sch
-	t.suggestion = exampleSuggestion(t.Name, t.Parameters)
+	name, params := t.Name, t.Parameters
+	t.suggestion = sync.OnceValue(func() string { return exampleSuggestion(name, params) })
+	t.spanName = "execute_tool " + t.Name
+	t.lowerName = strings.ToLower(t.Name)
 	return nil
 }
 
@@ -162,26 +208,74 @@ func (r *Registry) Closest(caller *Caller, name string, n int) []string {
 	}
 	lname := strings.ToLower(name)
 	limit := max(3, len(name)/3)
-	var found []scored
+	names := make([]string, 0, n)
+	query := []rune(lname)
+	// Tool names have at most MaxNameLength characters, and the distance
+	// is at least the difference in length: a much longer name is near
+	// none of them, nor contained in any.
+	if len(query) > MaxNameLength+limit {
+		return names
+	}
+	// Keep only the best n, in order, however many names are near.
+	best := make([]scored, 0, n+1)
 	for _, t := range r.tools {
 		if caller != nil && !caller.Sees(&t.Definition) {
 			continue
 		}
-		ln := strings.ToLower(t.Name)
-		d := levenshtein(lname, ln)
-		if d > limit && !(len(lname) >= 3 && strings.Contains(ln, lname)) {
+		ln := t.lowerName
+		contained := len(lname) >= 3 && strings.Contains(ln, lname)
+		if !contained && abs(len(query)-len(ln)) > limit {
+			continue // too far apart in length alone
+		}
+		d := nameDistance(query, ln)
+		if d > limit && !contained {
 			continue
 		}
-		found = append(found, scored{t.Name, d})
+		s := scored{t.Name, d}
+		i, _ := slices.BinarySearchFunc(best, s, func(a, b scored) int {
+			return cmp.Or(cmp.Compare(a.dist, b.dist), strings.Compare(a.name, b.name))
+		})
+		if i < n {
+			best = slices.Insert(best, i, s)[:min(len(best)+1, n)]
+		}
 	}
-	slices.SortFunc(found, func(a, b scored) int {
-		return cmp.Or(cmp.Compare(a.dist, b.dist), strings.Compare(a.name, b.name))
-	})
-	names := make([]string, 0, n)
-	for i := 0; i < len(found) && i < n; i++ {
-		names = append(names, found[i].name)
+	for _, s := range best {
+		names = append(names, s.name)
 	}
 	return names
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// nameDistance is the Levenshtein distance between a (as runes) and a
+// registered tool name b, which is ASCII and at most MaxNameLength long,
+// computed without allocating.
+func nameDistance(a []rune, b string) int {
+	if len(b) > MaxNameLength {
+		return levenshtein(string(a), b)
+	}
+	var rows [2][MaxNameLength + 1]int
+	prev, cur := rows[0][:len(b)+1], rows[1][:len(b)+1]
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == rune(b[j-1]) {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func levenshtein(a, b string) int {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -384,6 +386,86 @@ func TestPerToolSeriesExistBeforeUse(t *testing.T) {
 	for _, name := range []string{"toolsvc_tool_output_truncated_total", "toolsvc_tool_calls_in_flight"} {
 		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 2 {
 			t.Errorf("%s: %d series before any call (%v), want one per tool", name, n, err)
+		}
+	}
+}
+
+// closestReference is Closest as first written: every name lowered and
+// compared in full.
+func closestReference(r *Registry, name string, n int) []string {
+	type scored struct {
+		name string
+		dist int
+	}
+	lname := strings.ToLower(name)
+	limit := max(3, len(name)/3)
+	var found []scored
+	for _, t := range r.tools {
+		ln := strings.ToLower(t.Name)
+		d := levenshtein(lname, ln)
+		if d > limit && !(len(lname) >= 3 && strings.Contains(ln, lname)) {
+			continue
+		}
+		found = append(found, scored{t.Name, d})
+	}
+	slices.SortFunc(found, func(a, b scored) int {
+		if a.dist != b.dist {
+			return a.dist - b.dist
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	names := []string{}
+	for i := 0; i < len(found) && i < n; i++ {
+		names = append(names, found[i].name)
+	}
+	return names
+}
+
+func TestClosestMatchesReference(t *testing.T) {
+	var tools []*Tool
+	for _, n := range []string{"fs__read", "fs__write", "fs__list", "text__transform", "json__query", "http__get", "http__post", "Data__Parse", "a__b"} {
+		tools = append(tools, tool(n, ReadOnly, echo))
+	}
+	reg, err := New(Defaults{Timeout: time.Second}, tools...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"", "fs", "fs__reed", "FS__READ", "read", "text__transfrom", "jsonquery", "http__got", "data__parse",
+		"ｆｓ__read", "fs__réad", "über__tool", "a", "a__bb", "http", strings.Repeat("x", 200), strings.Repeat("fs__read", 12), "fs__read" + strings.Repeat("é", 70)} {
+		got, want := reg.Closest(nil, q, 3), closestReference(reg, q, 3)
+		if !slices.Equal(got, want) {
+			t.Errorf("Closest(%q) = %v, want %v", q, got, want)
+		}
+	}
+}
+
+// TestCatalogSizeAddsNoAllocations: a call, known tool or unknown, costs
+// the same allocations with 1,000 tools as with 10.
+func TestCatalogSizeAddsNoAllocations(t *testing.T) {
+	allocs := func(n int, call *Call) float64 {
+		tools := []*Tool{tool("t__echo", ReadOnly, func(context.Context, *Request) (any, error) { return "ok", nil })}
+		for i := range n - 1 {
+			tools = append(tools, tool(fmt.Sprintf("gen%02d__tool%05d", i%100, i), Tiers()[i%3], echo))
+		}
+		e := newExec(t, Options{Metrics: NewMetrics(prometheus.NewRegistry())}, tools...)
+		if e.Registry().Len() != n {
+			t.Fatalf("registry has %d tools, want %d", e.Registry().Len(), n)
+		}
+		ctx, caller := context.Background(), Anonymous()
+		return testing.AllocsPerRun(200, func() {
+			if _, err := e.Execute(ctx, caller, call); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	for _, call := range []*Call{
+		{ToolCallID: "c", ToolName: "t__echo", Arguments: json.RawMessage(`{"path":"a","limit":3}`)},
+		{ToolCallID: "c", ToolName: "gen01__tol00001", Arguments: json.RawMessage(`{}`)},
+	} {
+		small, large := allocs(10, call), allocs(1000, call)
+		// sync.Pool drops some items under the race detector: allow one.
+		if large > small+1 {
+			t.Errorf("%s: %.0f allocations per call with 1,000 tools, %.0f with 10", call.ToolName, large, small)
 		}
 	}
 }

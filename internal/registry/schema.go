@@ -58,7 +58,7 @@ func compileSchema(name string, raw json.RawMessage) (*jsonschema.Schema, error)
 func validationError(t *Tool, err error) *Error {
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
-		return &Error{Code: CodeInvalidArguments, Message: err.Error(), Suggestion: t.suggestion}
+		return &Error{Code: CodeInvalidArguments, Message: err.Error(), Suggestion: t.suggestion()}
 	}
 	var details []Detail
 	collectViolations(message.NewPrinter(language.English), ve, &details)
@@ -78,7 +78,7 @@ func validationError(t *Tool, err error) *Error {
 	if more := len(details) - len(shown); more > 0 {
 		fmt.Fprintf(&msg, "; +%d more", more)
 	}
-	return &Error{Code: CodeInvalidArguments, Message: msg.String(), Suggestion: t.suggestion, Details: shown}
+	return &Error{Code: CodeInvalidArguments, Message: msg.String(), Suggestion: t.suggestion(), Details: shown}
 }
 
 // String renders a detail as one sentence.

@@ -103,6 +103,16 @@ func appendEscaped(dst []byte, r rune) []byte {
 func quotedLen(s string) int {
 	n := 2
 	for i := 0; i < len(s); {
+		// Eight bytes at a time while none needs escaping or decoding.
+		if i+8 <= len(s) {
+			b := s[i : i+8]
+			if plainASCII8(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+				uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56) {
+				n += 8
+				i += 8
+				continue
+			}
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			switch {
@@ -121,4 +131,14 @@ func quotedLen(s string) int {
 		i += size
 	}
 	return n
+}
+
+// plainASCII8 reports whether none of the eight bytes of w is a control
+// character, '"', '\\' or a byte of a multi-byte UTF-8 sequence (the
+// bit tricks of "Bit Twiddling Hacks", "Determine if a word has a byte
+// less than n").
+func plainASCII8(w uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	hasZero := func(x uint64) bool { return (x-ones)&^x&highs != 0 }
+	return w&highs == 0 && (w-ones*0x20)&^w&highs == 0 && !hasZero(w^(ones*'"')) && !hasZero(w^(ones*'\\'))
 }
