@@ -178,8 +178,16 @@ func TestNoneExporterStillMakesIDs(t *testing.T) {
 	defer tp.Shutdown(context.Background())
 	_, span := tp.Tracer("test").Start(context.Background(), "x")
 	defer span.End()
-	if !span.SpanContext().IsValid() || !span.SpanContext().IsSampled() {
-		t.Errorf("span context: %+v", span.SpanContext())
+	// Nothing receives spans, so none is recorded, but ids still exist.
+	if !span.SpanContext().IsValid() || span.IsRecording() {
+		t.Errorf("span context: %+v, recording %v", span.SpanContext(), span.IsRecording())
+	}
+	// An incoming trace keeps its trace id.
+	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5}, TraceFlags: trace.FlagsSampled, Remote: true})
+	_, child := tp.Tracer("test").Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), "y")
+	defer child.End()
+	if child.SpanContext().TraceID() != parent.TraceID() || !child.SpanContext().IsValid() {
+		t.Errorf("child of an incoming trace: %+v", child.SpanContext())
 	}
 }
 

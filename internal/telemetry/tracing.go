@@ -77,13 +77,20 @@ func (o TracingOptions) Validate() error {
 
 // NewTracerProvider returns a tracer provider exporting as o says, with a
 // resource naming the service and its version. Spans are created even with
-// the none exporter, so log lines still carry trace and span ids. The
+// the none exporter (unrecorded unless a sampler is set), so log lines
+// still carry trace and span ids. The
 // caller must Shutdown the provider on exit, which flushes queued spans.
 func NewTracerProvider(ctx context.Context, o TracingOptions) (*sdktrace.TracerProvider, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	sampler, _ := Sampler(o.Sampler, o.SamplerArg)
+	if o.ExporterName() == ExporterNone && o.Sampler == "" && len(o.SpanProcessors) == 0 {
+		// Nothing would receive recorded spans: record none. Spans still
+		// carry trace and span ids (an incoming traceparent's trace id), so
+		// log lines and outgoing calls stay correlated.
+		sampler = sdktrace.NeverSample()
+	}
 	name := o.ServiceName
 	if name == "" {
 		name = "toolsvc"
