@@ -13,25 +13,26 @@ import (
 // Config is every process setting; this is the only place the
 // environment is read.
 type Config struct {
-	Addr              string        `env:"TOOLSVC_ADDR" envDefault:"127.0.0.1:8080"`
-	ConfigPaths       []string      `env:"TOOLSVC_CONFIG" envSeparator:","`
-	Workspace         string        `env:"TOOLSVC_WORKSPACE" envDefault:"./workspace"`
-	DefaultTimeout    time.Duration `env:"TOOLSVC_DEFAULT_TIMEOUT" envDefault:"30s"`
-	MaxTimeout        time.Duration `env:"TOOLSVC_MAX_TIMEOUT" envDefault:"5m"`
-	MaxOutputBytes    int           `env:"TOOLSVC_MAX_OUTPUT_BYTES" envDefault:"16384"`
-	ErrorMessageLimit int           `env:"TOOLSVC_ERROR_MESSAGE_LIMIT" envDefault:"1000"`
-	MaxRequestBytes   int64         `env:"TOOLSVC_MAX_REQUEST_BYTES" envDefault:"1048576"`
-	MaxJSONDepth      int           `env:"TOOLSVC_MAX_JSON_DEPTH" envDefault:"64"`
-	MaxConcurrency    int           `env:"TOOLSVC_MAX_CONCURRENCY" envDefault:"256"`
-	ShutdownTimeout   time.Duration `env:"TOOLSVC_SHUTDOWN_TIMEOUT" envDefault:"30s"`
-	LogLevel          string        `env:"TOOLSVC_LOG_LEVEL" envDefault:"info"`
-	LogFormat         string        `env:"TOOLSVC_LOG_FORMAT" envDefault:"json"`
-	DataDir           string        `env:"TOOLSVC_DATA_DIR" envDefault:"./data"`
-	StoreURL          string        `env:"TOOLSVC_STORE_URL"`
-	StoreSchema       string        `env:"TOOLSVC_STORE_SCHEMA"`
-	InstanceID        string        `env:"TOOLSVC_INSTANCE_ID"`
-	Retention         time.Duration `env:"TOOLSVC_RETENTION" envDefault:"24h"`
-	ApprovalTTL       time.Duration `env:"TOOLSVC_APPROVAL_TTL" envDefault:"15m"`
+	Addr               string        `env:"TOOLSVC_ADDR" envDefault:"127.0.0.1:8080"`
+	ConfigPaths        []string      `env:"TOOLSVC_CONFIG" envSeparator:","`
+	Workspace          string        `env:"TOOLSVC_WORKSPACE" envDefault:"./workspace"`
+	DefaultTimeout     time.Duration `env:"TOOLSVC_DEFAULT_TIMEOUT" envDefault:"30s"`
+	MaxTimeout         time.Duration `env:"TOOLSVC_MAX_TIMEOUT" envDefault:"5m"`
+	MaxOutputBytes     int           `env:"TOOLSVC_MAX_OUTPUT_BYTES" envDefault:"16384"`
+	ErrorMessageLimit  int           `env:"TOOLSVC_ERROR_MESSAGE_LIMIT" envDefault:"1000"`
+	MaxRequestBytes    int64         `env:"TOOLSVC_MAX_REQUEST_BYTES" envDefault:"1048576"`
+	MaxJSONDepth       int           `env:"TOOLSVC_MAX_JSON_DEPTH" envDefault:"64"`
+	MaxConcurrency     int           `env:"TOOLSVC_MAX_CONCURRENCY" envDefault:"256"`
+	MaxToolConcurrency int           `env:"TOOLSVC_MAX_TOOL_CONCURRENCY"`
+	ShutdownTimeout    time.Duration `env:"TOOLSVC_SHUTDOWN_TIMEOUT" envDefault:"30s"`
+	LogLevel           string        `env:"TOOLSVC_LOG_LEVEL" envDefault:"info"`
+	LogFormat          string        `env:"TOOLSVC_LOG_FORMAT" envDefault:"json"`
+	DataDir            string        `env:"TOOLSVC_DATA_DIR" envDefault:"./data"`
+	StoreURL           string        `env:"TOOLSVC_STORE_URL"`
+	StoreSchema        string        `env:"TOOLSVC_STORE_SCHEMA"`
+	InstanceID         string        `env:"TOOLSVC_INSTANCE_ID"`
+	Retention          time.Duration `env:"TOOLSVC_RETENTION" envDefault:"24h"`
+	ApprovalTTL        time.Duration `env:"TOOLSVC_APPROVAL_TTL" envDefault:"15m"`
 
 	APIKey          string `env:"TOOLSVC_API_KEY"`
 	PolicyCostLimit uint64 `env:"TOOLSVC_POLICY_COST_LIMIT" envDefault:"1000000"`
@@ -132,8 +133,8 @@ func (c Config) validate() error {
 	if c.MaxJSONDepth < 2 {
 		errs = append(errs, "TOOLSVC_MAX_JSON_DEPTH must be at least 2")
 	}
-	if c.MaxConcurrency < 0 {
-		errs = append(errs, "TOOLSVC_MAX_CONCURRENCY must not be negative")
+	if c.MaxConcurrency < 0 || c.MaxToolConcurrency < 0 {
+		errs = append(errs, "TOOLSVC_MAX_CONCURRENCY and TOOLSVC_MAX_TOOL_CONCURRENCY must not be negative")
 	}
 	if c.BatchParallelism < 1 || c.BatchParallelism > 50 {
 		errs = append(errs, "TOOLSVC_BATCH_PARALLELISM must be between 1 and 50")

@@ -189,6 +189,7 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 		MaxTimeout:        cfg.MaxTimeout,
 		MaxOutputBytes:    cfg.MaxOutputBytes,
 		ErrorMessageLimit: cfg.ErrorMessageLimit,
+		MaxConcurrency:    cfg.MaxToolConcurrency,
 	}
 	if err := buildCustom(a, cfg, log, resources, tools, ws, mcp); err != nil {
 		return nil, err

@@ -28,8 +28,11 @@ type Definition struct {
 	Timeout           time.Duration   `json:"-"`
 	MaxOutputBytes    int             `json:"maxOutputBytes"`
 	ErrorMessageLimit int             `json:"errorMessageLimit"`
-	Annotations       *Annotations    `json:"annotations,omitempty"`
-	Tags              []string        `json:"tags,omitempty"`
+	// MaxConcurrency bounds the calls of this tool running at once (429
+	// beyond); 0 leaves only the service-wide limit.
+	MaxConcurrency int          `json:"maxConcurrency,omitempty"`
+	Annotations    *Annotations `json:"annotations,omitempty"`
+	Tags           []string     `json:"tags,omitempty"`
 	// Type says what backs the tool ("builtin", "exec", "http", "mcp"); it
 	// becomes the gen_ai.tool.type of traces.
 	Type string `json:"type,omitempty"`
@@ -107,6 +110,9 @@ type Tool struct {
 	// spanName and lowerName are computed once, at registration.
 	spanName  string
 	lowerName string
+	// slots bound the calls running at once (MaxConcurrency); nil when
+	// the tool has no limit of its own.
+	slots chan struct{}
 }
 
 // Schema returns the compiled parameters schema (nil before registration).

@@ -284,7 +284,7 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 		}
 		return &Error{Code: CodePolicyDenied, Message: msg, Suggestion: "Do not retry this call; choose another approach or ask the user."}
 	}
-	release, err := e.acquire(ctx)
+	release, err := e.acquire(ctx, tool)
 	if err != nil {
 		return err
 	}
@@ -305,16 +305,33 @@ func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Cal
 	return e.execute(ctx, tool, caller, res, args, call.Context, call.Catalog, call.TimeoutMs)
 }
 
-// acquire takes one of the concurrency slots: at once, or within the
-// capacity wait a batch puts in ctx. It fails with ErrOverloaded when none
-// is free in time.
-func (e *Executor) acquire(ctx context.Context) (release func(), err error) {
-	if e.slots == nil {
+// acquire takes a slot of the service-wide limit and one of the tool's
+// own: at once, or within the capacity wait a batch puts in ctx. It fails
+// with ErrOverloaded when either has none free in time.
+func (e *Executor) acquire(ctx context.Context, tool *Tool) (release func(), err error) {
+	global, err := takeSlot(ctx, e.slots)
+	if err != nil {
+		return nil, err
+	}
+	own, err := takeSlot(ctx, tool.slots)
+	if err != nil {
+		global()
+		if errors.Is(err, ErrOverloaded) {
+			err = fmt.Errorf("%w: tool %s runs at most %d calls at once", ErrOverloaded, tool.Name, tool.MaxConcurrency)
+		}
+		return nil, err
+	}
+	return func() { own(); global() }, nil
+}
+
+// takeSlot takes one of slots (nil: unbounded).
+func takeSlot(ctx context.Context, slots chan struct{}) (release func(), err error) {
+	if slots == nil {
 		return func() {}, nil
 	}
-	release = func() { <-e.slots }
+	release = func() { <-slots }
 	select {
-	case e.slots <- struct{}{}:
+	case slots <- struct{}{}:
 		return release, nil
 	default:
 	}
@@ -325,7 +342,7 @@ func (e *Executor) acquire(ctx context.Context) (release func(), err error) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case e.slots <- struct{}{}:
+	case slots <- struct{}{}:
 		return release, nil
 	case <-t.C:
 		return nil, ErrOverloaded

@@ -17,6 +17,9 @@ type Defaults struct {
 	MaxTimeout        time.Duration
 	MaxOutputBytes    int
 	ErrorMessageLimit int
+	// MaxConcurrency is a tool's MaxConcurrency when it sets none (0:
+	// unbounded per tool).
+	MaxConcurrency int
 }
 
 // Registry holds every loaded tool. It is immutable once built, so a reload
@@ -121,6 +124,13 @@ func prepare(t *Tool, d Defaults) error {
 	}
 	if t.ErrorMessageLimit <= 0 {
 		t.ErrorMessageLimit = d.ErrorMessageLimit
+	}
+	if t.MaxConcurrency <= 0 {
+		t.MaxConcurrency = d.MaxConcurrency
+	}
+	t.slots = nil
+	if t.MaxConcurrency > 0 {
+		t.slots = make(chan struct{}, t.MaxConcurrency)
 	}
 	if t.Type == "" {
 		t.Type = "builtin"

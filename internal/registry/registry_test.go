@@ -469,3 +469,35 @@ func TestCatalogSizeAddsNoAllocations(t *testing.T) {
 		}
 	}
 }
+
+func TestPerToolConcurrencyLimit(t *testing.T) {
+	started, release := make(chan struct{}, 4), make(chan struct{})
+	hold := func(ctx context.Context, r *Request) (any, error) { started <- struct{}{}; <-release; return "ok", nil }
+	slow := tool("t__slow", ReadOnly, hold)
+	slow.MaxConcurrency = 1
+	e := newExec(t, Options{MaxConcurrency: 2}, slow, tool("t__hold", ReadOnly, hold))
+	args := json.RawMessage(`{"path":"x"}`)
+	done := make(chan *Result, 2)
+	go func() { done <- mustExec(t, e, nil, &Call{ToolName: "t__slow", Arguments: args}) }()
+	<-started
+	_, err := e.Execute(context.Background(), Anonymous(), &Call{ToolName: "t__slow", Arguments: args})
+	if !errors.Is(err, ErrOverloaded) || !strings.Contains(err.Error(), "at most 1") {
+		t.Errorf("second call of a tool limited to 1: %v, want ErrOverloaded", err)
+	}
+	// The refused call gave its service-wide slot back: with a limit of 2,
+	// another tool still gets the second one.
+	go func() { done <- mustExec(t, e, nil, &Call{ToolName: "t__hold", Arguments: args}) }()
+	<-started
+	if _, err := e.Execute(context.Background(), Anonymous(), &Call{ToolName: "t__hold", Arguments: args}); !errors.Is(err, ErrOverloaded) {
+		t.Errorf("a third call over the service-wide limit of 2: %v, want ErrOverloaded", err)
+	}
+	close(release)
+	for i := 0; i < 2; i++ {
+		if res := <-done; res.Status != StatusOK {
+			t.Errorf("held call: %+v", res)
+		}
+	}
+	if res := mustExec(t, e, nil, &Call{ToolName: "t__slow", Arguments: args}); res.Status != StatusOK {
+		t.Errorf("after the first call ended: %+v", res)
+	}
+}

@@ -85,6 +85,7 @@ type Spec struct {
 	Timeout           time.Duration `yaml:"timeout"`
 	MaxOutputBytes    int           `yaml:"maxOutputBytes"`
 	ErrorMessageLimit int           `yaml:"errorMessageLimit"`
+	MaxConcurrency    int           `yaml:"maxConcurrency"`
 	Tags              []string      `yaml:"tags"`
 	// Exactly one backend.
 	Exec    *ExecSpec    `yaml:"exec"`
@@ -191,8 +192,8 @@ func Tools(r *config.Resource, o Options) ([]*registry.Tool, error) {
 	if spec.Tier != "" && !spec.Tier.Valid() {
 		return nil, r.Errorf("unknown tier %q (want read_only, side_effecting or privileged)", spec.Tier)
 	}
-	if spec.Timeout < 0 || spec.MaxOutputBytes < 0 || spec.ErrorMessageLimit < 0 {
-		return nil, r.Errorf("timeout, maxOutputBytes and errorMessageLimit must not be negative")
+	if spec.Timeout < 0 || spec.MaxOutputBytes < 0 || spec.ErrorMessageLimit < 0 || spec.MaxConcurrency < 0 {
+		return nil, r.Errorf("timeout, maxOutputBytes, errorMessageLimit and maxConcurrency must not be negative")
 	}
 	if len(spec.Exports) == 0 {
 		return nil, r.Errorf("has no exports: declare at least one under exports")
@@ -227,6 +228,7 @@ func Tools(r *config.Resource, o Options) ([]*registry.Tool, error) {
 				Timeout:           spec.Timeout,
 				MaxOutputBytes:    spec.MaxOutputBytes,
 				ErrorMessageLimit: spec.ErrorMessageLimit,
+				MaxConcurrency:    spec.MaxConcurrency,
 				Annotations:       ex.Annotations.definition(),
 				Tags:              spec.Tags,
 				Type:              kind,
