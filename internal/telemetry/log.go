@@ -1,11 +1,13 @@
 package telemetry
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -77,18 +79,31 @@ func RedactSecrets(_ []string, a slog.Attr) slog.Attr {
 }
 
 func isSecretKey(key string) bool {
-	k := strings.Map(func(r rune) rune {
+	// Lower-case the key without its separators into a stack buffer: this
+	// runs for every attribute of every line, so it must not allocate.
+	var buf [64]byte
+	k := buf[:0]
+	for _, r := range key {
 		if r == '-' || r == '_' || r == '.' {
-			return -1
+			continue
 		}
-		return unicode.ToLower(r)
-	}, key)
-	for _, w := range []string{"authorization", "password", "passwd", "secret", "token", "apikey", "cookie", "credential", "privatekey"} {
-		if strings.Contains(k, w) {
+		r = unicode.ToLower(r)
+		if r >= utf8.RuneSelf {
+			k = utf8.AppendRune(k, r)
+		} else {
+			k = append(k, byte(r))
+		}
+	}
+	for _, w := range secretWords() {
+		if bytes.Contains(k, []byte(w)) {
 			return true
 		}
 	}
 	return false
+}
+
+func secretWords() [9]string {
+	return [9]string{"authorization", "password", "passwd", "secret", "token", "apikey", "cookie", "credential", "privatekey"}
 }
 
 func isCredential(v string) bool {
