@@ -286,11 +286,14 @@ func renderText(r *registry.Result) string {
 		}
 		return string(r.Output)
 	case registry.StatusPendingApproval:
-		msg := "This call is waiting for human approval and has not run."
-		if r.Approval != nil {
-			msg += fmt.Sprintf(" Approval id %s expires at %s.", r.Approval.ID, r.Approval.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
+		var b strings.Builder
+		b.WriteString("This call needs human approval before it runs, so it has not run yet.")
+		if a := r.Approval; a != nil {
+			fmt.Fprintf(&b, " Approval id: %s (expires at %s).", a.ID, a.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
 		}
-		return msg + " Do not repeat it with other arguments; tell the user it awaits approval."
+		fmt.Fprintf(&b, " Tool call id: %s.", r.ToolCallID)
+		b.WriteString(" Do not call the tool again and do not try another way to do the same thing: tell the user that this action is waiting for their approval, and wait for them.")
+		return b.String()
 	}
 	var b strings.Builder
 	if r.Error == nil {

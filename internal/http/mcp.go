@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
@@ -98,17 +97,18 @@ func (s *Server) mcpCall(ctx context.Context, caller *registry.Caller, p *mcp.Ca
 	if err != nil {
 		return mcpText(true, "The call could not be taken: "+err.Error(), nil)
 	}
+	// The text is what every other shape renders (renderText); MCP has no
+	// "pending" result, so a call waiting for approval is an error result
+	// (the tool did not run) that tells the model to stop and wait.
 	switch res.Status {
 	case registry.StatusOK:
-		out := mcpText(false, outputText(res.Output), nil)
+		out := mcpText(false, renderText(res), nil)
 		if trimmed := bytes.TrimSpace(res.Output); len(trimmed) > 0 && trimmed[0] == '{' {
 			out.StructuredContent = json.RawMessage(trimmed)
 		}
 		return out
-	case registry.StatusPendingApproval:
-		return mcpText(true, pendingText(res), res)
 	default:
-		return mcpText(true, errorText(res.Error), res)
+		return mcpText(true, renderText(res), res)
 	}
 }
 
@@ -118,46 +118,6 @@ func mcpText(isError bool, text string, structured *registry.Result) *mcp.CallTo
 		r.StructuredContent = structured
 	}
 	return r
-}
-
-// outputText is the output as the model should read it: a string output
-// as its text, anything else as JSON.
-func outputText(out json.RawMessage) string {
-	var s string
-	if len(out) > 0 && out[0] == '"' && json.Unmarshal(out, &s) == nil {
-		return s
-	}
-	return string(out)
-}
-
-func errorText(e *registry.Error) string {
-	if e == nil {
-		return "The call failed."
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s", e.Code, e.Message)
-	for _, d := range e.Details {
-		fmt.Fprintf(&b, "\n- at %q: %s", d.Path, d.Message)
-	}
-	if e.Suggestion != "" {
-		b.WriteString("\n" + e.Suggestion)
-	}
-	return b.String()
-}
-
-// pendingText tells the model that the call waits for a human. MCP has no
-// "pending" result, so it is an error result (the tool did not run)
-// carrying the approval id, telling the model to stop and wait rather
-// than retry or work around it.
-func pendingText(res *registry.Result) string {
-	var b strings.Builder
-	b.WriteString("This call needs human approval before it runs, so it has not run yet.")
-	if a := res.Approval; a != nil {
-		fmt.Fprintf(&b, " Approval id: %s (expires at %s).", a.ID, a.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
-	}
-	fmt.Fprintf(&b, " Tool call id: %s.", res.ToolCallID)
-	b.WriteString(" Do not call the tool again and do not try another way to do the same thing: tell the user that this action is waiting for their approval, and wait for them.")
-	return b.String()
 }
 
 // quiet passes on only the SDK's warnings and errors: it logs every

@@ -84,7 +84,7 @@ func TestMCPEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.IsError || !strings.HasPrefix(resultText(res), "E_INVALID_ARGUMENTS: ") || !strings.Contains(resultText(res), `at "/text"`) {
+	if !res.IsError || !strings.HasPrefix(resultText(res), "Error E_INVALID_ARGUMENTS: ") || !strings.Contains(resultText(res), "at /text: ") {
 		t.Errorf("validation error: %s", resultText(res))
 	}
 	var structured registry.Result
@@ -96,7 +96,7 @@ func TestMCPEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.IsError || !strings.HasPrefix(resultText(res), "E_POLICY_DENIED: ") {
+	if !res.IsError || !strings.HasPrefix(resultText(res), "Error E_POLICY_DENIED: ") {
 		t.Errorf("policy: %s", resultText(res))
 	}
 
@@ -190,7 +190,7 @@ func TestMCPPendingApproval(t *testing.T) {
 func TestMCPPendingApprovalText(t *testing.T) {
 	res := &registry.Result{ToolCallID: "call_7", Status: registry.StatusPendingApproval,
 		Approval: &registry.ApprovalTicket{ID: "apr_1"}}
-	text := pendingText(res)
+	text := renderText(res)
 	for _, want := range []string{"apr_1", "call_7", "has not run", "Do not call the tool again", "wait"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("pending text lacks %q: %s", want, text)
