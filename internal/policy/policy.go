@@ -264,11 +264,9 @@ func (r *rule) checkExample(ex *Example, j int, wantMatch bool) error {
 	if !wantMatch {
 		kind = "notMatch"
 	}
-	where := r.position
+	where := fmt.Sprintf("%s, %s example %d", r.position, kind, j+1)
 	if ex.Line > 0 {
-		where = fmt.Sprintf("%s, %s example %d at line %d", r.position, kind, j+1, ex.Line)
-	} else {
-		where = fmt.Sprintf("%s, %s example %d", r.position, kind, j+1)
+		where += fmt.Sprintf(" at line %d", ex.Line)
 	}
 	raw, err := json.Marshal(orEmpty(ex.Args))
 	if err != nil {

@@ -375,8 +375,9 @@ func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
 		return nil, r
 	}
 	if runErr != nil {
-		if code, ok := interp.IsExitStatus(runErr); ok {
-			out.ExitCode = int(code)
+		var status interp.ExitStatus
+		if errors.As(runErr, &status) {
+			out.ExitCode = int(status)
 		} else {
 			return nil, registry.ToolError("the command line failed: "+runErr.Error(), "Check the command; stderr so far: "+clip(out.Stderr, 300))
 		}
