@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -72,19 +70,7 @@ func serveCatalog(ctx context.Context, args []string, stdout io.Writer) error {
 		Metrics: registry.NewMetrics(metrics), MaxTimeout: 5 * time.Minute, MaxConcurrency: 256})
 	srv := toolhttp.NewServer(toolhttp.Deps{Executor: exec, Logger: log, Gatherer: metrics,
 		Limits: toolhttp.Limits{MaxRequestBytes: 1 << 20, MaxJSONDepth: 64}})
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	go func() {
-		<-ctx.Done()
-		hs.Shutdown(context.Background())
-	}()
-	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return serveUntil(ctx, *addr, srv)
 }
 
 // scale reports start-up time and memory of toolsvc on its built-in
@@ -111,7 +97,7 @@ func (h *harness) scale(ctx context.Context) error {
 	fmt.Fprintf(h.out, "toolsvc, built-in tools, default configuration: ready (exec to /healthz 200) %s, RSS %s (median of 3)\n",
 		time.Duration(medianF(ready)).Round(time.Millisecond), mib(int64(medianF(rss))))
 
-	fmt.Fprintf(h.out, "catalog server (registry + executor + HTTP adapter, generated tools; toolsvc has no declared-tool resources yet):\n")
+	fmt.Fprintf(h.out, "catalog server (registry + executor + HTTP adapter, tools generated in process):\n")
 	fmt.Fprintf(h.out, "  %8s  %10s  %9s  %10s  %9s  %9s  %12s\n", "tools", "ready", "RSS", "call req/s", "call p50", "call p99", "GET /tools")
 	for _, n := range []int{10, h.o.scaleTools} {
 		addr, err := freeAddr()
