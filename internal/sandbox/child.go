@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 )
 
 // ChildCommand is the first argument with which the sandbox re-executes the
@@ -12,7 +13,7 @@ import (
 // RunChild when it sees it:
 //
 //	if len(os.Args) > 1 && os.Args[1] == sandbox.ChildCommand {
-//		err := sandbox.RunChild(os.Args[2:])
+//		err := sandbox.RunChild(os.Args[2:], nil)
 //		fmt.Fprintln(os.Stderr, "toolsvc:", err)
 //		os.Exit(125)
 //	}
@@ -36,7 +37,35 @@ type childConfig struct {
 	ReadWrite []string `json:"rw,omitempty"`
 	Exec      []string `json:"exec,omitempty"`
 	Limits    Limits   `json:"limits"`
+	// WorkFD, when not 0, is the descriptor of the opened workspace: the
+	// child changes into it and grants the workspace rights to it.
+	WorkFD int `json:"workFd,omitempty"`
+	// Dir is the working directory to change to afterwards, if any.
+	Dir string `json:"dir,omitempty"`
+	// Entry, when set, names the Entry the child runs in place of
+	// executing Path; NoPrivDrop skips the privilege drop (mode off).
+	Entry      string `json:"entry,omitempty"`
+	NoPrivDrop bool   `json:"noPrivDrop,omitempty"`
 }
+
+// Entry is Go code the sandbox child runs after confining itself, in
+// place of executing a program: args are Spec.Args, and the return value
+// is the child's exit status. The main program passes its entries to
+// RunChild by name; nothing registers itself.
+type Entry func(args []string) int
+
+// Entries maps entry names (Spec.Entry) to their code.
+type Entries map[string]Entry
+
+// reportPrefix starts a report (see Report) on the set-up pipe, telling
+// it apart from a set-up failure.
+const reportPrefix = "\x00report\x00"
+
+// maxReportBytes bounds what an entry may report.
+const maxReportBytes = 64 << 10
+
+// workFD is the child's descriptor of the workspace (ExtraFiles[1]).
+const workFD = 4
 
 func (c *childConfig) encode() (string, error) {
 	b, err := json.Marshal(c)
@@ -55,7 +84,7 @@ func decodeChildConfig(s string) (*childConfig, error) {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, fmt.Errorf("sandbox child: bad configuration: %w", err)
 	}
-	if c.Path == "" {
+	if c.Path == "" && c.Entry == "" {
 		return nil, errors.New("sandbox child: no program path")
 	}
 	return &c, nil
@@ -67,7 +96,10 @@ func decodeChildConfig(s string) (*childConfig, error) {
 // program, so it returns only on failure; the caller should then exit
 // with status 125. A failure is also reported to the parent on the
 // set-up pipe, so the parent can tell it from the program's own exit.
-func RunChild(args []string) error {
+//
+// When the configuration names an entry, the child runs that entry of
+// entries instead, confined the same way, and exits with its status.
+func RunChild(args []string, entries Entries) error {
 	if len(args) < 3 || args[1] != "--" {
 		return reportSetup(errors.New("sandbox child: usage: " + ChildCommand + " <config> -- program [args...]"))
 	}
@@ -75,5 +107,17 @@ func RunChild(args []string) error {
 	if err != nil {
 		return reportSetup(err)
 	}
-	return reportSetup(runChild(cfg, args[2:]))
+	var entry Entry
+	if cfg.Entry != "" {
+		if entry = entries[cfg.Entry]; entry == nil {
+			return reportSetup(fmt.Errorf("sandbox child: unknown entry %q", cfg.Entry))
+		}
+	}
+	if err := confine(cfg); err != nil {
+		return reportSetup(err)
+	}
+	if entry != nil {
+		os.Exit(entry(args[2:]))
+	}
+	return reportSetup(execProgram(cfg, args[2:]))
 }

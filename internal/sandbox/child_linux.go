@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"syscall"
+	"unsafe"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -39,33 +41,90 @@ func reportSetup(err error) error {
 	return err
 }
 
-func runChild(cfg *childConfig, argv []string) error {
+// Report sends b to the parent from an entry (see Entry); the parent
+// returns it in Result.Report. It may be called once, at the end.
+func Report(b []byte) error {
+	if len(b) > maxReportBytes-len(reportPrefix) {
+		return fmt.Errorf("sandbox: report of %d bytes is too large", len(b))
+	}
+	_, err := unix.Write(setupFD, append([]byte(reportPrefix), b...))
+	return err
+}
+
+// confine applies the configuration to this process: privileges, working
+// directory, Landlock, resource limits.
+func confine(cfg *childConfig) error {
 	// Capabilities, the bounding set and no_new_privs are per thread; the
 	// program inherits them from the thread that executes it, so all of
 	// this and the exec happen on one thread. Never unlocked: this
 	// process either becomes the program or exits.
 	runtime.LockOSThread()
-	if err := dropPrivileges(); err != nil {
-		return err
+	if !cfg.NoPrivDrop {
+		if err := dropPrivileges(); err != nil {
+			return err
+		}
 	}
 	// The program must not inherit the set-up pipe: a successful exec
 	// closes it, which tells the parent that set-up worked.
+	// An entry keeps it open to report its result (see Report), and
+	// the programs it runs do not inherit it either.
 	var st unix.Stat_t
 	if unix.Fstat(setupFD, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
 		unix.CloseOnExec(setupFD)
+	}
+	if cfg.WorkFD != 0 {
+		// The workspace by descriptor, never by name: "." below is this
+		// very directory, whatever its path now points to.
+		if err := unix.Fchdir(cfg.WorkFD); err != nil {
+			return fmt.Errorf("fchdir workspace: %w", err)
+		}
+		_ = unix.Close(cfg.WorkFD)
+		cfg.ReadWrite = append(cfg.ReadWrite, ".")
 	}
 	if cfg.Landlock {
 		if err := restrict(cfg); err != nil {
 			return fmt.Errorf("landlock: %w", err)
 		}
 	}
-	// Limits last: a low address-space limit must not starve this Go
-	// process before it has executed the program.
+	if cfg.Dir != "" {
+		if err := unix.Chdir(cfg.Dir); err != nil {
+			return fmt.Errorf("chdir %s: %w", cfg.Dir, err)
+		}
+	}
+	if cfg.Entry != "" {
+		// An entry is Go code that runs under the limits itself.
+		return applyLimits(cfg.Limits)
+	}
+	// A program gets its limits in execProgram, at the last moment.
+	return nil
+}
+
+// execProgram replaces this confined process with the program.
+//
+// The resource limits are applied only once everything execve needs is
+// built, and nothing allocates between them and the call: a low
+// address-space limit is usually below what this Go process already
+// has mapped (far below it in a race-enabled build), so the runtime's
+// next request for memory would be fatal before the program ever ran.
+func execProgram(cfg *childConfig, argv []string) error {
+	path, err := unix.BytePtrFromString(cfg.Path)
+	if err != nil {
+		return fmt.Errorf("exec %s: %w", cfg.Path, err)
+	}
+	argvp, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return fmt.Errorf("exec %s: %w", cfg.Path, err)
+	}
+	envp, err := syscall.SlicePtrFromStrings(os.Environ())
+	if err != nil {
+		return fmt.Errorf("exec %s: %w", cfg.Path, err)
+	}
 	if err := applyLimits(cfg.Limits); err != nil {
 		return err
 	}
-	err := unix.Exec(cfg.Path, argv, os.Environ())
-	return fmt.Errorf("exec %s: %w", cfg.Path, err)
+	_, _, errno := unix.RawSyscall(unix.SYS_EXECVE,
+		uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
+	return fmt.Errorf("exec %s: %w", cfg.Path, errno)
 }
 
 // dropPrivileges sets no_new_privs (no setuid or file capabilities on
@@ -96,7 +155,9 @@ func dropPrivileges() error {
 	return nil
 }
 
-// Rights granted on paths. Directory rights are cut down to the file
+// Rights granted on paths. Making symbolic links is granted nowhere (it
+// is handled, so denied): no program, whatever it is (cp -P, tar, ln),
+// can plant a link for a later call to follow. Directory rights are cut down to the file
 // rights when a path is a file.
 const (
 	fileRights  = ll.AccessFSExecute | ll.AccessFSWriteFile | ll.AccessFSReadFile | ll.AccessFSTruncate | ll.AccessFSIoctlDev
@@ -104,7 +165,7 @@ const (
 	execRights  = ll.AccessFSExecute | ll.AccessFSReadFile | ll.AccessFSReadDir
 	writeRights = ll.AccessFSReadFile | ll.AccessFSReadDir | ll.AccessFSWriteFile | ll.AccessFSTruncate |
 		ll.AccessFSRemoveDir | ll.AccessFSRemoveFile | ll.AccessFSMakeDir | ll.AccessFSMakeReg |
-		ll.AccessFSMakeSym | ll.AccessFSMakeFifo | ll.AccessFSMakeSock
+		ll.AccessFSMakeFifo | ll.AccessFSMakeSock
 	deviceRights = ll.AccessFSReadFile | ll.AccessFSWriteFile | ll.AccessFSTruncate
 )
 
@@ -218,6 +279,11 @@ func applyLimits(l Limits) error {
 	}
 	if l.Processes > 0 {
 		if err := set("nproc", unix.RLIMIT_NPROC, l.Processes, l.Processes); err != nil {
+			return err
+		}
+	}
+	if l.DataBytes > 0 {
+		if err := set("data", unix.RLIMIT_DATA, l.DataBytes, l.DataBytes); err != nil {
 			return err
 		}
 	}

@@ -15,9 +15,16 @@ func Probe() ProbeResult {
 
 func reportSetup(err error) error { return err }
 
-func runChild(*childConfig, []string) error {
+func confine(*childConfig) error {
 	return errors.New("sandbox child: kernel confinement needs Linux; use mode off")
 }
+
+func execProgram(*childConfig, []string) error {
+	return errors.New("sandbox child: kernel confinement needs Linux; use mode off")
+}
+
+// Report is unsupported without Linux.
+func Report([]byte) error { return errors.New("sandbox: reports need Linux") }
 
 // waitAndKillGroup waits for the program. Without waitid(WNOWAIT) the
 // group cannot be killed safely after the leader exits, so leftovers are

@@ -47,11 +47,12 @@ const (
 	ModeOff Mode = "off"
 )
 
-// ParseMode returns the mode named s; "" is ModeBestEffort.
+// ParseMode returns the mode named s; "" is ModeRequired, and "require"
+// is accepted for it.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(strings.ToLower(strings.TrimSpace(s))); m {
-	case "":
-		return ModeBestEffort, nil
+	case "", "require":
+		return ModeRequired, nil
 	case ModeRequired, ModeBestEffort, ModeOff:
 		return m, nil
 	}
@@ -75,6 +76,10 @@ type Limits struct {
 	AddressSpaceBytes uint64
 	// FileSizeBytes is RLIMIT_FSIZE: the largest file a program may write.
 	FileSizeBytes uint64
+	// DataBytes is RLIMIT_DATA: the data segment and private writable
+	// mappings, which is where a Go heap lives (RLIMIT_AS would also
+	// count the Go runtime's address-space reservations).
+	DataBytes uint64
 	// Processes is RLIMIT_NPROC. The kernel counts every process of the
 	// real user, not only the program's, and ignores it for root.
 	Processes uint64
@@ -87,6 +92,11 @@ type Options struct {
 	// SelfExe is the path of the toolsvc binary, re-executed to confine
 	// each program (usually os.Executable()). Required unless Mode is off.
 	SelfExe string
+	// Launcher, when set, is the small toolsvc-sandbox binary, started in
+	// place of SelfExe to confine each program (entries still need
+	// SelfExe): it skips the service's package initialisation, most of
+	// the cost of a start.
+	Launcher string
 	// ReadOnlyDirs are extra files or directories programs may read
 	// (besides the system directories needed to run programs).
 	ReadOnlyDirs []string
@@ -97,21 +107,31 @@ type Options struct {
 	KillGrace time.Duration
 	// Logger receives one line when the sandbox is created; nil discards.
 	Logger *slog.Logger
+	// Probe asks the kernel what it offers; nil is the package's Probe.
+	// Tests inject one to see a kernel without Landlock.
+	Probe func() ProbeResult
 }
+
+// ErrUnavailable means the sandbox cannot run programs as its mode
+// requires (mode required on a kernel without Landlock).
+var ErrUnavailable = errors.New("sandbox unavailable")
 
 // Sandbox runs programs under one configuration. It is safe for
 // concurrent use.
 type Sandbox struct {
 	mode     Mode
 	selfExe  string
+	launcher string
 	readOnly []string
 	limits   Limits
 	grace    time.Duration
 	status   Status
 }
 
-// New returns a sandbox. In ModeRequired it fails when the kernel has no
-// Landlock; in every mode but off it fails without SelfExe.
+// New returns a sandbox; in every mode but off it fails without SelfExe.
+// In ModeRequired on a kernel without Landlock the sandbox is returned
+// but unusable: Usable and Run fail with ErrUnavailable, and Status says
+// why, so the program can leave out the tools that need it.
 func New(o Options) (*Sandbox, error) {
 	mode, err := ParseMode(string(o.Mode))
 	if err != nil {
@@ -137,15 +157,36 @@ func New(o Options) (*Sandbox, error) {
 			return nil, fmt.Errorf("sandbox: SelfExe %q is not a regular file", o.SelfExe)
 		}
 		s.selfExe = abs
+		s.launcher = abs
+		if o.Launcher != "" {
+			l, err := filepath.Abs(o.Launcher)
+			if err != nil || !executable(l) {
+				return nil, fmt.Errorf("sandbox: launcher %q is not an executable file", o.Launcher)
+			}
+			s.launcher = l
+		}
 	}
-	s.status = s.computeStatus(Probe())
+	probe := o.Probe
+	if probe == nil {
+		probe = Probe
+	}
+	s.status = s.computeStatus(probe())
 	if mode == ModeRequired && s.status.LandlockABI < 1 {
-		return nil, fmt.Errorf("sandbox: mode required but Landlock is unavailable (%s); use a kernel with Landlock enabled, or mode best-effort", s.status.Reason)
+		s.status.Unavailable = fmt.Sprintf("mode required but %s: programs are not run; use a kernel with Landlock enabled, or opt in to running them unconfined with mode best-effort", s.status.Reason)
 	}
 	if o.Logger != nil {
 		o.Logger.Info("sandbox", s.status.LogAttrs()...)
 	}
 	return s, nil
+}
+
+// Usable returns nil when the sandbox can run programs, and otherwise an
+// error wrapping ErrUnavailable that says why.
+func (s *Sandbox) Usable() error {
+	if s.status.Unavailable != "" {
+		return fmt.Errorf("%w: %s", ErrUnavailable, s.status.Unavailable)
+	}
+	return nil
 }
 
 // Mode returns the sandbox's mode.
@@ -185,6 +226,9 @@ type Status struct {
 	Rlimits []string `json:"rlimits"`
 	// Reason explains layers that are missing.
 	Reason string `json:"reason,omitempty"`
+	// Unavailable, when set, says why the sandbox runs no programs at all
+	// (so the tools that need it are not served).
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 // LogAttrs returns the status as log attributes.
@@ -194,7 +238,7 @@ func (st Status) LogAttrs() []any {
 		slog.Bool("landlock", st.Landlock), slog.Bool("fsRules", st.FSRules),
 		slog.Bool("netRules", st.NetRules), slog.Bool("udpRules", st.UDPRules), slog.Bool("scoped", st.Scoped),
 		slog.Bool("noPrivileges", st.NoPrivileges), slog.String("rlimits", strings.Join(st.Rlimits, ",")),
-		slog.String("reason", st.Reason),
+		slog.String("reason", st.Reason), slog.String("unavailable", st.Unavailable),
 	}
 }
 
@@ -248,6 +292,9 @@ func (l Limits) names() []string {
 	if l.AddressSpaceBytes > 0 {
 		names = append(names, fmt.Sprintf("as=%d", l.AddressSpaceBytes))
 	}
+	if l.DataBytes > 0 {
+		names = append(names, fmt.Sprintf("data=%d", l.DataBytes))
+	}
 	if l.FileSizeBytes > 0 {
 		names = append(names, fmt.Sprintf("fsize=%d", l.FileSizeBytes))
 	}
@@ -262,10 +309,17 @@ type Spec struct {
 	// Args is argv. Args[0] is looked up in DefaultPath unless it is an
 	// absolute path.
 	Args []string
-	// Workspace is the directory the program may write (and HOME and
-	// TMPDIR). Required.
+	// Workspace is the name of the directory the program may write (and
+	// HOME and TMPDIR). Required.
 	Workspace string
-	// Dir is the working directory; "" is Workspace.
+	// WorkDir, when set, is the workspace directory already opened (see
+	// workspace.Dir.File): the program's writable tree and its working
+	// directory are taken from this descriptor and Workspace is never
+	// resolved again, so a symbolic link swapped in for the path cannot
+	// redirect the program. Without it (mode off, tests) the path is used.
+	WorkDir *os.File
+	// Dir is the working directory, an operator-chosen absolute path; ""
+	// is the workspace.
 	Dir string
 	// Env holds extra NAME=value pairs, already allowlisted by the caller.
 	// PATH, HOME, LANG and TMPDIR are fixed, and names the dynamic loader
@@ -286,6 +340,13 @@ type Spec struct {
 	// ReadOnly lists further files or directories this program may read,
 	// besides the sandbox's ReadOnlyDirs and the system directories.
 	ReadOnly []string
+	// Entry, when set, runs the named Entry of the toolsvc binary in the
+	// confined child instead of a program; Args are its arguments. It
+	// needs SelfExe, also in mode off (where only DataBytes is applied).
+	Entry string
+	// DataBytes, when not 0, is RLIMIT_DATA for this run, in place of the
+	// sandbox's.
+	DataBytes uint64
 }
 
 // Result is what a program did.
@@ -299,6 +360,8 @@ type Result struct {
 	StdoutTruncated, StderrTruncated bool
 	StdoutDropped, StderrDropped     int64
 	Duration                         time.Duration
+	// Report is what an entry sent with Report, if anything.
+	Report []byte
 }
 
 // ErrNotFound means the program is not in DefaultPath.
@@ -402,6 +465,9 @@ func (s *Sandbox) environ(sp *Spec) ([]string, error) {
 // its process group is killed. A non-zero exit is not an error.
 func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 	var res Result
+	if err := s.Usable(); err != nil {
+		return res, err
+	}
 	if len(sp.Args) == 0 {
 		return res, fmt.Errorf("%w: no program given", ErrSetup)
 	}
@@ -413,9 +479,14 @@ func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 			return res, fmt.Errorf("%w: readable path %q is not absolute", ErrSetup, p)
 		}
 	}
-	path, err := LookPath(sp.Args[0])
-	if err != nil {
-		return res, err
+	var path string
+	if sp.Entry == "" {
+		var err error
+		if path, err = LookPath(sp.Args[0]); err != nil {
+			return res, err
+		}
+	} else if s.selfExe == "" {
+		return res, fmt.Errorf("%w: entry %s needs the toolsvc binary (SelfExe)", ErrSetup, sp.Entry)
 	}
 	env, err := s.environ(&sp)
 	if err != nil {
@@ -429,7 +500,7 @@ func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 
 	var cmd *exec.Cmd
 	var setupR *os.File
-	if s.mode == ModeOff {
+	if s.mode == ModeOff && sp.Entry == "" {
 		cmd = exec.CommandContext(ctx, path)
 		cmd.Args = sp.Args
 	} else {
@@ -442,12 +513,33 @@ func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 			ReadWrite: []string{sp.Workspace},
 			Exec:      execSet(path, sp.AllowExec),
 			Limits:    s.limits,
+			Dir:       sp.Dir,
+			Entry:     sp.Entry,
+		}
+		if sp.Entry != "" {
+			cfg.Exec = slices.Clone(sp.AllowExec)
+		}
+		if sp.DataBytes > 0 {
+			cfg.Limits.DataBytes = sp.DataBytes
+		}
+		if s.mode == ModeOff {
+			cfg.Landlock, cfg.Strict, cfg.NoPrivDrop = false, false, true
+			cfg.Limits = Limits{DataBytes: sp.DataBytes}
+		}
+		if sp.WorkDir != nil {
+			// The child changes into the descriptor and grants its
+			// rights to "." from there.
+			cfg.WorkFD, cfg.ReadWrite = workFD, nil
 		}
 		enc, err := cfg.encode()
 		if err != nil {
 			return res, fmt.Errorf("%w: %v", ErrSetup, err)
 		}
-		cmd = exec.CommandContext(ctx, s.selfExe, append([]string{ChildCommand, enc, "--"}, sp.Args...)...)
+		exe := s.launcher
+		if sp.Entry != "" {
+			exe = s.selfExe
+		}
+		cmd = exec.CommandContext(ctx, exe, append([]string{ChildCommand, enc, "--"}, sp.Args...)...)
 		r, w, err := os.Pipe()
 		if err != nil {
 			return res, fmt.Errorf("%w: %v", ErrSetup, err)
@@ -456,6 +548,12 @@ func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 		defer w.Close()
 		setupR = r
 		cmd.ExtraFiles = []*os.File{w} // fd 3 in the child
+		if sp.WorkDir != nil {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, sp.WorkDir) // fd 4
+			// The child changes directory itself; PWD names where.
+			cmd.Env = append(env, "PWD="+cmp.Or(sp.Dir, sp.Workspace))
+			env, dir = cmd.Env, ""
+		}
 	}
 	cmd.Dir = dir
 	cmd.Env = env
@@ -489,9 +587,11 @@ func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 		cmd.ExtraFiles[0].Close() // the child holds its own copy
 		// The child writes here only when it fails; a successful exec
 		// closes its copy (close-on-exec), so this reads EOF.
-		msg, _ := io.ReadAll(io.LimitReader(setupR, 4096))
-		if len(msg) > 0 {
-			setupErr = fmt.Errorf("%w: %s", ErrSetup, bytes.TrimSpace(msg))
+		msg, _ := io.ReadAll(io.LimitReader(setupR, maxReportBytes))
+		if rep, ok := bytes.CutPrefix(msg, []byte(reportPrefix)); ok && sp.Entry != "" {
+			res.Report = rep
+		} else if len(msg) > 0 {
+			setupErr = fmt.Errorf("%w: %s", ErrSetup, bytes.TrimSpace(msg[:min(len(msg), 4096)]))
 		}
 	}
 	werr := waitAndKillGroup(cmd, g)

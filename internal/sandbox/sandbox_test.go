@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case ChildCommand:
-			err := RunChild(os.Args[2:])
+			err := RunChild(os.Args[2:], nil)
 			fmt.Fprintln(os.Stderr, "sandbox child:", err)
 			os.Exit(125)
 		case "caps-helper":
@@ -357,9 +357,14 @@ func TestPrivilegesDropped(t *testing.T) {
 }
 
 func TestResourceLimits(t *testing.T) {
-	// The address-space limit is there to show that programs (and the Go
-	// child that executes them) still start under a realistic one.
-	s := newSandbox(t, ModeBestEffort, Limits{FileSizeBytes: 4096, CPUSeconds: 1, AddressSpaceBytes: 512 << 20})
+	// The address-space limit is there to show that programs still start
+	// under a low one: 64 MiB is below what the Go child that executes
+	// them has mapped (far below it when built with -race), so the child
+	// must not ask for memory once the limit is set.
+	// The CPU limit has a sandbox of its own: one second of CPU also
+	// counts the child's own start, which a loaded machine running
+	// race-built children can use up before dd runs.
+	s := newSandbox(t, ModeBestEffort, Limits{FileSizeBytes: 4096, AddressSpaceBytes: 64 << 20})
 	ws := t.TempDir()
 	res, err := s.Run(context.Background(), Spec{Args: []string{"dd", "if=/dev/zero", "of=big", "bs=1024", "count=64"}, Workspace: ws})
 	if err != nil {
@@ -367,7 +372,7 @@ func TestResourceLimits(t *testing.T) {
 	}
 	fi, err := os.Stat(filepath.Join(ws, "big"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("dd wrote nothing (exit %d, stderr %q): %v", res.ExitCode, res.Stderr, err)
 	}
 	if res.ExitCode == 0 || fi.Size() > 4096 {
 		t.Fatalf("file size limit not applied: exit %d size %d", res.ExitCode, fi.Size())
@@ -377,9 +382,10 @@ func TestResourceLimits(t *testing.T) {
 	}
 	// A busy loop is stopped by the CPU limit (SIGXCPU or SIGKILL), not by
 	// the generous context deadline.
+	cpu := newSandbox(t, ModeBestEffort, Limits{CPUSeconds: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err = s.Run(ctx, Spec{Args: []string{"sh", "-c", "while :; do :; done"}, Workspace: ws})
+	res, err = cpu.Run(ctx, Spec{Args: []string{"sh", "-c", "while :; do :; done"}, Workspace: ws})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,13 +407,13 @@ func TestSetupFailureIsReported(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, "ran")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("the program ran although set-up failed")
 	}
-	if err := RunChild([]string{"!!", "--", "x"}); err == nil {
+	if err := RunChild([]string{"!!", "--", "x"}, nil); err == nil {
 		t.Fatal("a bad configuration was accepted")
 	}
 }
 
 func TestParseMode(t *testing.T) {
-	for in, want := range map[string]Mode{"": ModeBestEffort, "required": ModeRequired, "Best-Effort": ModeBestEffort, "off": ModeOff} {
+	for in, want := range map[string]Mode{"": ModeRequired, "require": ModeRequired, "required": ModeRequired, "Best-Effort": ModeBestEffort, "off": ModeOff} {
 		got, err := ParseMode(in)
 		if err != nil || got != want {
 			t.Errorf("ParseMode(%q) = %q, %v", in, got, err)
@@ -432,8 +438,8 @@ func TestCapture(t *testing.T) {
 	if got := c.String(); got != "abcd" || !c.Truncated() || c.Dropped() != 4 || c.Total() != 9 {
 		t.Fatalf("got %q truncated=%v dropped=%d total=%d", got, c.Truncated(), c.Dropped(), c.Total())
 	}
-	if cap(c.buf) > 5 {
-		t.Fatalf("buffer grew past the limit: cap %d", cap(c.buf))
+	if cap(c.head) > 5 {
+		t.Fatalf("buffer grew past the limit: cap %d", cap(c.head))
 	}
 }
 
@@ -449,5 +455,73 @@ func BenchmarkFlood(b *testing.B) {
 			b.Fatal(err, res.StdoutTruncated)
 		}
 		b.SetBytes(int64(len(res.Stdout)) + res.StdoutDropped)
+	}
+}
+
+func TestRequiredWithoutLandlockIsUnusable(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := func() ProbeResult { return ProbeResult{Err: errors.New("forced")} }
+	s, err := New(Options{Mode: ModeRequired, SelfExe: exe, Probe: none})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Usable(); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "best-effort") {
+		t.Errorf("Usable: %v", err)
+	}
+	if _, err := s.Run(context.Background(), Spec{Args: []string{"true"}, Workspace: t.TempDir()}); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Run: %v, want ErrUnavailable", err)
+	}
+	if s.Status().Unavailable == "" {
+		t.Error("Status does not say why")
+	}
+	b, err := New(Options{Mode: ModeBestEffort, SelfExe: exe, Probe: none})
+	if err != nil || b.Usable() != nil {
+		t.Errorf("best-effort without Landlock: %v %v", err, b.Usable())
+	}
+}
+
+// TestWorkDirIsTheDescriptor: with WorkDir, the program works in the
+// opened directory even when its path has since been turned into a link
+// elsewhere, and may not make symbolic links.
+func TestWorkDirIsTheDescriptor(t *testing.T) {
+	s := newSandbox(t, ModeBestEffort, Limits{})
+	base, outside := t.TempDir(), t.TempDir()
+	ws := filepath.Join(base, "ws")
+	if err := os.Mkdir(ws, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.Rename(ws, ws+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, ws); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(context.Background(), Spec{Args: []string{"touch", "made-here"}, Workspace: ws, WorkDir: f})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%v %+v %s", err, res, res.Stderr)
+	}
+	if _, err := os.Stat(filepath.Join(ws+".moved", "made-here")); err != nil {
+		t.Errorf("the program did not work in the opened directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "made-here")); err == nil {
+		t.Error("the program followed the path to the link's target")
+	}
+	if Probe().LandlockABI < 1 {
+		return
+	}
+	res, err = s.Run(context.Background(), Spec{Args: []string{"cp", "-P", "/proc/self/root", "link"}, Workspace: ws, WorkDir: f})
+	if err != nil || res.ExitCode == 0 {
+		t.Errorf("making a symbolic link: %v %+v", err, res)
+	}
+	if _, err := os.Lstat(filepath.Join(ws+".moved", "link")); err == nil {
+		t.Error("a sandboxed program made a symbolic link")
 	}
 }
