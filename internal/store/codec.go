@@ -89,3 +89,25 @@ func Arguments(raw json.RawMessage) []byte {
 	}
 	return raw
 }
+
+// EncodeFiling stores what an approval request was filed with; nil is
+// stored as nothing.
+func EncodeFiling(f *registry.Filing) ([]byte, error) {
+	if f == nil {
+		return nil, nil
+	}
+	return json.Marshal(f)
+}
+
+// DecodeFiling reads what EncodeFiling stored; nothing is nil (a request
+// filed before filings were kept).
+func DecodeFiling(b []byte) (*registry.Filing, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var f registry.Filing
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("decoding an approval's filing: %w", err)
+	}
+	return &f, nil
+}

@@ -7,29 +7,53 @@ import (
 	"time"
 )
 
-// Leases tracks the calls this process runs, so their leases are renewed
-// while it lives. A call stops being renewed when it is removed, or when
-// the process dies; then its lease lapses and InterruptRunning may end it.
+// CallKey names one call record.
+type CallKey struct{ CallerID, ToolCallID string }
+
+// Leases tracks the calls this process runs, so their leases, and only
+// theirs, are renewed while it lives. A call stops being renewed when it
+// is removed (its result is recorded, or will never be through this
+// store), or when the process dies; then its lease lapses and
+// InterruptRunning may end it.
 type Leases struct {
 	mu   sync.Mutex
-	keys map[string]struct{}
+	keys map[CallKey]struct{}
 }
 
 // NewLeases returns an empty set.
-func NewLeases() *Leases { return &Leases{keys: make(map[string]struct{})} }
+func NewLeases() *Leases { return &Leases{keys: make(map[CallKey]struct{})} }
 
 // Add records that this process runs the call of key.
-func (l *Leases) Add(key string) {
+func (l *Leases) Add(callerID, toolCallID string) {
 	l.mu.Lock()
-	l.keys[key] = struct{}{}
+	l.keys[CallKey{callerID, toolCallID}] = struct{}{}
 	l.mu.Unlock()
 }
 
 // Remove records that the call of key no longer runs here.
-func (l *Leases) Remove(key string) {
+func (l *Leases) Remove(callerID, toolCallID string) {
 	l.mu.Lock()
-	delete(l.keys, key)
+	delete(l.keys, CallKey{callerID, toolCallID})
 	l.mu.Unlock()
+}
+
+// Has reports whether this process runs the call.
+func (l *Leases) Has(callerID, toolCallID string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.keys[CallKey{callerID, toolCallID}]
+	return ok
+}
+
+// Keys returns the calls this process runs.
+func (l *Leases) Keys() []CallKey {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]CallKey, 0, len(l.keys))
+	for k := range l.keys {
+		out = append(out, k)
+	}
+	return out
 }
 
 // Len returns the number of calls this process runs.
@@ -39,11 +63,11 @@ func (l *Leases) Len() int {
 	return len(l.keys)
 }
 
-// Renew calls renew every interval while any call runs here, until ctx
-// ends. renew extends the leases of every running call this store owns (one
-// statement, however many calls). Errors are logged and retried at the
-// next tick: a lease is several intervals long.
-func (l *Leases) Renew(ctx context.Context, every time.Duration, log *slog.Logger, renew func(ctx context.Context) error) {
+// Renew calls renew with the calls that run here every interval while
+// any does, until ctx ends; each renewal has the interval as its
+// deadline. Errors are logged and retried at the next tick: a lease is
+// several intervals long.
+func (l *Leases) Renew(ctx context.Context, every time.Duration, log *slog.Logger, renew func(ctx context.Context, keys []CallKey) error) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -52,10 +76,14 @@ func (l *Leases) Renew(ctx context.Context, every time.Duration, log *slog.Logge
 			return
 		case <-t.C:
 		}
-		if l.Len() == 0 {
+		keys := l.Keys()
+		if len(keys) == 0 {
 			continue
 		}
-		if err := renew(ctx); err != nil && ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, every)
+		err := renew(rctx, keys)
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			log.Warn("store: renewing call leases failed", "err", err)
 		}
 	}

@@ -17,8 +17,10 @@ type Migration struct {
 }
 
 // ReadMigrations reads the migrations in dir of fsys: files named
-// NNNN_name.sql, numbered 1, 2, 3… without gaps. Each is applied once, in
-// order, in its own transaction.
+// NNNN_name.sql with distinct positive numbers. Numbers may leave gaps
+// (branches of the code reserve numbers ahead), so a store applies, in
+// order, every migration whose number it has not recorded (Pending), each
+// in its own transaction.
 func ReadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
@@ -42,9 +44,33 @@ func ReadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 		out = append(out, Migration{Version: v, Name: name, SQL: string(b)})
 	}
 	slices.SortFunc(out, func(a, b Migration) int { return a.Version - b.Version })
-	for i, m := range out {
-		if m.Version != i+1 {
-			return nil, fmt.Errorf("migration %s: want version %d (versions start at 1 and have no gaps or duplicates)", m.Name, i+1)
+	for i := 1; i < len(out); i++ {
+		if out[i].Version == out[i-1].Version {
+			return nil, fmt.Errorf("migration %s: version %d is also %s", out[i].Name, out[i].Version, out[i-1].Name)
+		}
+	}
+	return out, nil
+}
+
+// Pending returns the migrations of ms whose versions are not in applied,
+// in order. A version in applied that ms does not have means the database
+// was migrated by a newer program.
+func Pending(ms []Migration, applied []int) ([]Migration, error) {
+	known := make(map[int]bool, len(ms))
+	for _, m := range ms {
+		known[m.Version] = true
+	}
+	done := make(map[int]bool, len(applied))
+	for _, v := range applied {
+		if !known[v] {
+			return nil, fmt.Errorf("database schema has migration %d, which this program does not know; run a newer toolsvc", v)
+		}
+		done[v] = true
+	}
+	var out []Migration
+	for _, m := range ms {
+		if !done[m.Version] {
+			out = append(out, m)
 		}
 	}
 	return out, nil

@@ -20,6 +20,8 @@ type RetentionOptions struct {
 	Now func() time.Time
 	// Logger receives errors and what each sweep changed; nil discards.
 	Logger *slog.Logger
+	// Observer hears of the approval requests a sweep expired; nil is none.
+	Observer registry.ApprovalObserver
 }
 
 // Sweep is one pass of the retention loop: expire approval requests that
@@ -55,8 +57,14 @@ func RunRetention(ctx context.Context, s registry.Store, o RetentionOptions) {
 	}
 	t := time.NewTicker(o.Every)
 	defer t.Stop()
+	last := o.Now().Add(-o.Every)
 	for {
-		expired, interrupted, deleted, err := Sweep(ctx, s, o.Now(), o.TTL)
+		now := o.Now()
+		expired, interrupted, deleted, err := Sweep(ctx, s, now, o.TTL)
+		if expired > 0 {
+			announceExpired(ctx, s, o.Observer, last, now)
+		}
+		last = now
 		if err != nil && ctx.Err() == nil {
 			log.Warn("store: retention sweep failed", "err", err)
 		}

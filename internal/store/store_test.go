@@ -28,7 +28,6 @@ func TestReadMigrations(t *testing.T) {
 		t.Errorf("migrations = %+v", ms)
 	}
 	for name, fsys := range map[string]fstest.MapFS{
-		"gap":       {"m/0001_a.sql": {}, "m/0003_c.sql": {}},
 		"duplicate": {"m/0001_a.sql": {}, "m/0001_b.sql": {}},
 		"bad name":  {"m/init.sql": {}},
 		"zero":      {"m/0000_a.sql": {}},
@@ -36,6 +35,25 @@ func TestReadMigrations(t *testing.T) {
 		if _, err := store.ReadMigrations(fsys, "m"); err == nil {
 			t.Errorf("%s: ReadMigrations accepted %v", name, fsys)
 		}
+	}
+}
+
+func TestPendingMigrations(t *testing.T) {
+	ms, err := store.ReadMigrations(fstest.MapFS{"m/0001_a.sql": {}, "m/0003_c.sql": {}, "m/0002_b.sql": {}}, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A database that got 1 and 3 (from a branch that reserved 3) still
+	// gets 2.
+	p, err := store.Pending(ms, []int{1, 3})
+	if err != nil || len(p) != 1 || p[0].Version != 2 {
+		t.Fatalf("Pending = %+v, %v", p, err)
+	}
+	if p, _ := store.Pending(ms, nil); len(p) != 3 || p[0].Version != 1 || p[2].Version != 3 {
+		t.Errorf("Pending on an empty database = %+v", p)
+	}
+	if _, err := store.Pending(ms, []int{1, 4}); err == nil {
+		t.Error("Pending accepted a database migrated by a newer program")
 	}
 }
 

@@ -3,9 +3,11 @@
 // replicas are settled by the database: BeginCall is an INSERT … ON
 // CONFLICT DO NOTHING, every state change is an UPDATE conditional on the
 // state it leaves, and approvals move with UPDATE … WHERE status =
-// 'pending' RETURNING. Waiters in other replicas are woken with
-// LISTEN/NOTIFY, and poll with backoff besides. Calls left running by a
-// replica that died are found by their lease: the owning store renews the
+// 'pending' RETURNING. The writes of calls (BeginCall, FinishCall,
+// AppendAudit) go through a group committer (store.Committer): the ones
+// waiting are sent in one round trip and run as one transaction. Waiters in
+// other replicas are woken with LISTEN/NOTIFY, and poll with backoff
+// besides. Calls left running by a replica that died are found by their lease: the owning store renews the
 // leases of its running calls while its process lives.
 package postgres
 
@@ -65,6 +67,11 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives listener and lease renewal failures; nil discards.
 	Logger *slog.Logger
+	// CommitWindow, CommitMaxOps and CommitMaxBytes configure the group
+	// commit of calls' writes (see store.CommitOptions); zero values are
+	// its defaults.
+	CommitWindow                 time.Duration
+	CommitMaxOps, CommitMaxBytes int
 }
 
 // Store is the PostgreSQL store. It implements registry.Store.
@@ -80,6 +87,7 @@ type Store struct {
 	log     *slog.Logger
 	hub     *store.Hub
 	leases  *store.Leases
+	commit  *store.Committer[*pgx.Batch]
 
 	notifications atomic.Uint64
 
@@ -169,6 +177,19 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		s.pool.Close()
 		return nil, fmt.Errorf("postgres store: listening for notifications: %w", err)
 	}
+	s.commit = store.NewCommitter(store.CommitOptions[*pgx.Batch]{
+		InTx: s.inTx,
+		// No savepoints: the writes of a transaction are sent in one
+		// round trip. When the database refuses one, nothing of the
+		// transaction was committed, and each write runs again alone.
+		Alone: func(err error) bool {
+			var pe *pgconn.PgError
+			return errors.As(err, &pe)
+		},
+		MaxOps:   o.CommitMaxOps,
+		MaxBytes: o.CommitMaxBytes,
+		Window:   o.CommitWindow,
+	})
 	bg, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	s.wg.Add(2)
@@ -182,6 +203,23 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	}()
 	return s, nil
 }
+
+// inTx is the group commit's transaction: fn queues the statements of
+// the writes, and they are sent in one round trip, which PostgreSQL runs
+// as one implicit transaction (committed at the batch's Sync, or rolled
+// back whole when a statement fails); their callbacks run as the results
+// arrive. Close returns nil only once the commit is acknowledged.
+func (s *Store) inTx(ctx context.Context, fn func(b *pgx.Batch) error) error {
+	b := &pgx.Batch{}
+	if err := fn(b); err != nil {
+		return err
+	}
+	return s.pool.SendBatch(ctx, b).Close()
+}
+
+// CommitStats returns how many group-commit transactions the store has
+// run and how many writes they held.
+func (s *Store) CommitStats() (txs, writes uint64) { return s.commit.Stats() }
 
 // InstanceID returns the id this store records as the owner of the calls
 // it runs.
@@ -225,14 +263,19 @@ func (s *Store) migrate(ctx context.Context, schema string) error {
 		version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return fmt.Errorf("creating schema_migrations: %w", err)
 	}
-	var top int
-	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&top); err != nil {
+	rows, err := conn.Query(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
 		return err
 	}
-	if top > len(ms) {
-		return fmt.Errorf("database schema is at version %d, newer than this program knows (%d); run a newer toolsvc", top, len(ms))
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return err
 	}
-	for _, m := range ms[top:] {
+	pending, err := store.Pending(ms, applied)
+	if err != nil {
+		return err
+	}
+	for _, m := range pending {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
@@ -327,7 +370,7 @@ func fromNull(t *time.Time) time.Time {
 }
 
 const callColumns = `caller_id, tool_call_id, tool_name, arguments_digest, arguments, context, state, result,
-	approval_id, owner, created_at, updated_at, expires_at`
+	approval_id, owner, created_at, updated_at, expires_at, trace_id`
 
 func scanCall(row pgx.Row) (*registry.CallRecord, error) {
 	var (
@@ -336,7 +379,7 @@ func scanCall(row pgx.Row) (*registry.CallRecord, error) {
 		expires               *time.Time
 	)
 	err := row.Scan(&c.CallerID, &c.ToolCallID, &c.ToolName, &c.ArgumentsDigest, &args, &ctxJSON, &c.State, &result,
-		&c.ApprovalID, &c.Owner, &c.CreatedAt, &c.UpdatedAt, &expires)
+		&c.ApprovalID, &c.Owner, &c.CreatedAt, &c.UpdatedAt, &expires, &c.TraceID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, registry.ErrNotFound
 	}
@@ -361,41 +404,57 @@ func (s *Store) getCall(ctx context.Context, q interface {
 }
 
 // BeginCall implements registry.Store with INSERT … ON CONFLICT DO
-// NOTHING: of concurrent inserts on one key exactly one succeeds, and the
-// others wait for it to commit and then read its record.
+// NOTHING, in a group commit with other calls' writes: of concurrent
+// inserts on one key exactly one succeeds, and the others wait for it to
+// commit and then read its record.
 func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*registry.CallRecord, bool, error) {
 	if err := store.CheckBegin(rec); err != nil {
 		return nil, false, err
 	}
 	for attempt := 0; ; attempt++ {
 		now := s.clock()
-		c := *rec
-		c.Arguments = store.Arguments(rec.Arguments)
-		c.CreatedAt, c.UpdatedAt = now, now
-		if c.State == registry.CallRunning {
-			c.Owner, c.ExpiresAt, c.Result = s.id, now.Add(s.lease), nil
-		} else {
-			c.Owner, c.ExpiresAt = "", utc(rec.ExpiresAt)
-		}
-		result, err := store.EncodeResult(c.Result)
+		c, result, err := store.NewCall(rec, now, s.id, s.lease)
 		if err != nil {
 			return nil, false, err
 		}
-		tag, err := s.pool.Exec(ctx, `INSERT INTO calls (`+callColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12)
-			ON CONFLICT (caller_id, tool_call_id) DO NOTHING`,
-			c.CallerID, c.ToolCallID, c.ToolName, c.ArgumentsDigest, []byte(c.Arguments), store.EncodeContext(c.Context),
-			string(c.State), result, c.ApprovalID, c.Owner, now, nullTime(c.ExpiresAt))
+		cctx := store.EncodeContext(c.Context)
+		var (
+			created  bool
+			existing *registry.CallRecord
+		)
+		// One statement: the insert, or the record in its way when an
+		// earlier statement (of this transaction too) wrote it. A record
+		// committed by another transaction after this statement began is
+		// not in its snapshot: then it is read after the commit.
+		err = s.commit.Do(ctx, len(c.Arguments)+len(result)+len(cctx)+256, func(ctx context.Context, b *pgx.Batch) error {
+			created, existing = false, nil
+			b.Queue(`WITH ins AS (
+					INSERT INTO calls (`+callColumns+`)
+					VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13)
+					ON CONFLICT (caller_id, tool_call_id) DO NOTHING RETURNING 1)
+				SELECT true, `+nullColumns+` FROM ins
+				UNION ALL SELECT false, `+callColumns+` FROM calls
+					WHERE caller_id = $1 AND tool_call_id = $2 AND NOT EXISTS (SELECT 1 FROM ins)`,
+				c.CallerID, c.ToolCallID, c.ToolName, c.ArgumentsDigest, []byte(c.Arguments), cctx,
+				string(c.State), result, c.ApprovalID, c.Owner, now, nullTime(c.ExpiresAt), c.TraceID).QueryRow(func(row pgx.Row) error {
+				var err error
+				created, existing, err = scanBegin(row)
+				return err
+			})
+			return nil
+		})
 		if err != nil {
 			return nil, false, err
 		}
-		if tag.RowsAffected() == 1 {
+		if created {
 			if c.State == registry.CallRunning {
-				s.leases.Add(store.Key(c.CallerID, c.ToolCallID))
+				s.leases.Add(c.CallerID, c.ToolCallID)
 			}
 			return &c, true, nil
 		}
-		existing, err := s.getCall(ctx, s.pool, c.CallerID, c.ToolCallID)
+		if existing == nil {
+			existing, err = s.getCall(ctx, s.pool, c.CallerID, c.ToolCallID)
+		}
 		if errors.Is(err, registry.ErrNotFound) && attempt < 3 {
 			continue // deleted by retention between the two statements
 		}
@@ -406,35 +465,85 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 	}
 }
 
-// FinishCall implements registry.Store; the update and its notification
-// are one statement.
+// nullColumns fills the columns of callColumns in the row that says the
+// insert took place (its record is the one BeginCall inserted).
+const nullColumns = `NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL`
+
+// scanBegin reads BeginCall's row: created, or the record in the way, or
+// neither (no row: the record is not in the statement's snapshot).
+func scanBegin(row pgx.Row) (bool, *registry.CallRecord, error) {
+	var (
+		created                                                                   bool
+		c                                                                         registry.CallRecord
+		callerID, toolCallID, toolName, digest, state, approvalID, owner, traceID *string
+		args, ctxJSON, result                                                     []byte
+		createdAt, updatedAt, expires                                             *time.Time
+	)
+	err := row.Scan(&created, &callerID, &toolCallID, &toolName, &digest, &args, &ctxJSON, &state, &result,
+		&approvalID, &owner, &createdAt, &updatedAt, &expires, &traceID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil, nil
+	}
+	if err != nil || created {
+		return created, nil, err
+	}
+	c.CallerID, c.ToolCallID, c.ToolName, c.ArgumentsDigest = *callerID, *toolCallID, *toolName, *digest
+	c.State, c.ApprovalID, c.Owner, c.TraceID = registry.CallState(*state), *approvalID, *owner, *traceID
+	c.Arguments = args
+	if c.Context, err = store.DecodeContext(ctxJSON); err != nil {
+		return false, nil, err
+	}
+	if c.Result, err = store.DecodeResult(result); err != nil {
+		return false, nil, err
+	}
+	c.CreatedAt, c.UpdatedAt, c.ExpiresAt = createdAt.UTC(), updatedAt.UTC(), fromNull(expires)
+	return false, &c, nil
+}
+
+// FinishCall implements registry.Store, in a group commit with other
+// calls' writes; the update and its notification are one statement.
 func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res *registry.Result) (*registry.CallRecord, bool, error) {
 	if res == nil {
 		return nil, false, errors.New("postgres store: FinishCall needs a result")
 	}
 	key := store.Key(callerID, toolCallID)
-	defer s.leases.Remove(key)
 	result, err := store.EncodeResult(res)
 	if err != nil {
 		return nil, false, err
 	}
-	rec, err := scanCall(s.pool.QueryRow(ctx, `WITH u AS (
-			UPDATE calls SET state = 'done', result = $1, owner = '', expires_at = NULL, updated_at = $2
-			WHERE caller_id = $3 AND tool_call_id = $4 AND (state = 'pending_approval' OR (state = 'running' AND owner = $5))
-			RETURNING `+callColumns+`)
-		SELECT u.* FROM u CROSS JOIN LATERAL (SELECT pg_notify($6, $7)) AS n`,
-		result, s.clock(), callerID, toolCallID, s.id, s.channel, key))
-	if err == nil {
+	now := s.clock()
+	var rec *registry.CallRecord
+	err = s.commit.Do(ctx, len(result)+256, func(ctx context.Context, b *pgx.Batch) error {
+		rec = nil
+		b.Queue(`WITH u AS (
+				UPDATE calls SET state = 'done', result = $1, owner = '', expires_at = NULL, updated_at = $2
+				WHERE caller_id = $3 AND tool_call_id = $4 AND (state = 'pending_approval' OR (state = 'running' AND owner = $5))
+				RETURNING `+callColumns+`)
+			SELECT u.* FROM u CROSS JOIN LATERAL (SELECT pg_notify($6, $7)) AS n`,
+			result, now, callerID, toolCallID, s.id, s.channel, key).QueryRow(func(row pgx.Row) error {
+			var err error
+			if rec, err = scanCall(row); errors.Is(err, registry.ErrNotFound) {
+				return nil
+			}
+			return err
+		})
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if rec != nil {
+		// Only now is the result safe: until then the lease stays renewed,
+		// as the caller holds the result and retries.
+		s.leases.Remove(callerID, toolCallID)
 		s.hub.Notify(key)
 		return rec, true, nil
-	}
-	if !errors.Is(err, registry.ErrNotFound) {
-		return nil, false, err
 	}
 	rec, err = s.getCall(ctx, s.pool, callerID, toolCallID)
 	if err != nil {
 		return nil, false, err
 	}
+	s.leases.Remove(callerID, toolCallID)
 	return rec, false, nil
 }
 
@@ -523,23 +632,34 @@ func (s *Store) InterruptRunning(ctx context.Context) (int, error) {
 	return s.interrupt(ctx, keys)
 }
 
-func (s *Store) renew(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, `UPDATE calls SET expires_at = $1 WHERE state = 'running' AND owner = $2`,
-		s.clock().Add(s.lease), s.id)
+// renew extends the leases of the calls this process runs, and only
+// theirs: a record whose result was lost lapses and is interrupted.
+func (s *Store) renew(ctx context.Context, keys []store.CallKey) error {
+	callers, ids := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		callers[i], ids[i] = k.CallerID, k.ToolCallID
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE calls SET expires_at = $1
+		FROM unnest($3::text[], $4::text[]) AS k(caller_id, tool_call_id)
+		WHERE calls.state = 'running' AND calls.owner = $2 AND calls.caller_id = k.caller_id AND calls.tool_call_id = k.tool_call_id`,
+		s.clock().Add(s.lease), s.id, callers, ids)
 	return err
 }
 
+// ReleaseCall implements registry.Store.
+func (s *Store) ReleaseCall(callerID, toolCallID string) { s.leases.Remove(callerID, toolCallID) }
+
 const approvalColumns = `id, caller_id, tool_call_id, tool_name, tier, rule, reason, arguments_digest, arguments, context,
-	status, created_at, expires_at, decided_at, decided_by, decision_reason`
+	status, created_at, expires_at, decided_at, decided_by, decision_reason, filed`
 
 func scanApproval(row pgx.Row) (*registry.Approval, error) {
 	var (
-		a             registry.Approval
-		args, ctxJSON []byte
-		decided       *time.Time
+		a                    registry.Approval
+		args, ctxJSON, filed []byte
+		decided              *time.Time
 	)
 	err := row.Scan(&a.ID, &a.CallerID, &a.ToolCallID, &a.ToolName, &a.Tier, &a.Rule, &a.Reason, &a.ArgumentsDigest,
-		&args, &ctxJSON, &a.Status, &a.CreatedAt, &a.ExpiresAt, &decided, &a.DecidedBy, &a.DecisionReason)
+		&args, &ctxJSON, &a.Status, &a.CreatedAt, &a.ExpiresAt, &decided, &a.DecidedBy, &a.DecisionReason, &filed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, registry.ErrNotFound
 	}
@@ -550,25 +670,25 @@ func scanApproval(row pgx.Row) (*registry.Approval, error) {
 	if a.Context, err = store.DecodeContext(ctxJSON); err != nil {
 		return nil, err
 	}
+	if a.Filed, err = store.DecodeFiling(filed); err != nil {
+		return nil, err
+	}
 	a.CreatedAt, a.ExpiresAt, a.DecidedAt = a.CreatedAt.UTC(), a.ExpiresAt.UTC(), fromNull(decided)
 	return &a, nil
 }
 
 // CreateApproval implements registry.Store.
 func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error {
-	if err := store.CheckApproval(a); err != nil {
+	now := s.clock()
+	filed, err := store.NewApproval(a, now)
+	if err != nil {
 		return err
 	}
-	now := s.clock()
-	if a.CreatedAt.IsZero() {
-		a.CreatedAt = now
-	}
-	a.CreatedAt, a.ExpiresAt, a.Status = utc(a.CreatedAt), utc(a.ExpiresAt), registry.ApprovalPending
-	_, err := s.pool.Exec(ctx, `INSERT INTO approvals (id, caller_id, tool_call_id, tool_name, tier, rule, reason,
-		arguments_digest, arguments, context, status, created_at, updated_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13)`,
+	_, err = s.pool.Exec(ctx, `INSERT INTO approvals (id, caller_id, tool_call_id, tool_name, tier, rule, reason,
+		arguments_digest, arguments, context, status, created_at, updated_at, expires_at, filed)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14)`,
 		a.ID, a.CallerID, a.ToolCallID, a.ToolName, string(a.Tier), a.Rule, a.Reason, a.ArgumentsDigest,
-		store.Arguments(a.Arguments), store.EncodeContext(a.Context), a.CreatedAt, now, a.ExpiresAt)
+		store.Arguments(a.Arguments), store.EncodeContext(a.Context), a.CreatedAt, now, a.ExpiresAt, filed)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" {
 		return fmt.Errorf("postgres store: approval %s already exists", a.ID)
@@ -634,14 +754,9 @@ func (s *Store) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([
 // the row no longer pending, so exactly one wins across replicas. The call
 // record moves in the same transaction.
 func (s *Store) DecideApproval(ctx context.Context, id string, v registry.Verdict, by, reason string, now time.Time) (*registry.Approval, bool, error) {
-	var status registry.ApprovalStatus
-	switch v {
-	case registry.VerdictApprove:
-		status = registry.ApprovalApproved
-	case registry.VerdictDeny:
-		status = registry.ApprovalDenied
-	default:
-		return nil, false, fmt.Errorf("postgres store: unknown verdict %q (want approve or deny)", v)
+	status, err := store.DecidedStatus(v)
+	if err != nil {
+		return nil, false, err
 	}
 	now = utc(now)
 	var (
@@ -650,7 +765,7 @@ func (s *Store) DecideApproval(ctx context.Context, id string, v registry.Verdic
 		running bool
 		expired []string
 	)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		a, err = scanApproval(tx.QueryRow(ctx, `UPDATE approvals
 			SET status = $1, decided_at = $2, decided_by = $3, decision_reason = $4, updated_at = $2
@@ -696,7 +811,7 @@ func (s *Store) DecideApproval(ctx context.Context, id string, v registry.Verdic
 	if won {
 		key := store.Key(a.CallerID, a.ToolCallID)
 		if running {
-			s.leases.Add(key)
+			s.leases.Add(a.CallerID, a.ToolCallID)
 		}
 		s.hub.Notify(key)
 	}
@@ -791,17 +906,23 @@ func (s *Store) ExpireApprovals(ctx context.Context, now time.Time) (int, error)
 
 // AppendAudit implements registry.Store.
 func (s *Store) AppendAudit(ctx context.Context, e *registry.AuditEntry) error {
-	if e.Time.IsZero() {
-		e.Time = s.clock()
+	store.NewAudit(e, s.clock())
+	v := *e // the committer reads its own copy: a caller that gives up may retry with e
+	var id int64
+	err := s.commit.Do(ctx, 512, func(ctx context.Context, b *pgx.Batch) error {
+		b.Queue(`INSERT INTO audit (time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
+			status, code, duration_ms, arguments_digest, issuer, subject) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`,
+			v.Time, v.Event, v.CallerID, v.ToolCallID, v.ToolName, string(v.Tier), string(v.Decision), v.Rule,
+			string(v.Status), string(v.Code), v.DurationMs, v.ArgumentsDigest, v.Issuer, v.Subject).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&id)
+		})
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	e.Time = utc(e.Time)
-	if e.Event == "" {
-		e.Event = "call"
-	}
-	return s.pool.QueryRow(ctx, `INSERT INTO audit (time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
-		status, code, duration_ms, arguments_digest) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id`,
-		e.Time, e.Event, e.CallerID, e.ToolCallID, e.ToolName, string(e.Tier), string(e.Decision), e.Rule,
-		string(e.Status), string(e.Code), e.DurationMs, e.ArgumentsDigest).Scan(&e.ID)
+	e.ID = id
+	return nil
 }
 
 // ListAudit implements registry.Store.
@@ -818,7 +939,7 @@ func (s *Store) ListAudit(ctx context.Context, f registry.AuditFilter) ([]*regis
 		where = append(where, `time >= `+p.add(utc(f.Since)))
 	}
 	rows, err := s.pool.Query(ctx, `SELECT id, time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
-		status, code, duration_ms, arguments_digest FROM audit WHERE `+strings.Join(where, ` AND `)+
+		status, code, duration_ms, arguments_digest, issuer, subject FROM audit WHERE `+strings.Join(where, ` AND `)+
 		` ORDER BY id LIMIT `+p.add(store.Limit(f.Limit)), p...)
 	if err != nil {
 		return nil, err
@@ -826,7 +947,7 @@ func (s *Store) ListAudit(ctx context.Context, f registry.AuditFilter) ([]*regis
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*registry.AuditEntry, error) {
 		var e registry.AuditEntry
 		err := r.Scan(&e.ID, &e.Time, &e.Event, &e.CallerID, &e.ToolCallID, &e.ToolName, &e.Tier, &e.Decision, &e.Rule,
-			&e.Status, &e.Code, &e.DurationMs, &e.ArgumentsDigest)
+			&e.Status, &e.Code, &e.DurationMs, &e.ArgumentsDigest, &e.Issuer, &e.Subject)
 		e.Time = e.Time.UTC()
 		return &e, err
 	})
@@ -837,6 +958,10 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time) (int64, err
 	before = utc(before)
 	var total int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Probe rows of instances long gone; not counted as retention.
+		if _, err := tx.Exec(ctx, `DELETE FROM probe WHERE at < $1`, before); err != nil {
+			return err
+		}
 		for _, q := range []string{
 			`DELETE FROM calls WHERE (state = 'done' AND updated_at < $1) OR (state = 'pending_approval' AND expires_at < $1)`,
 			`DELETE FROM approvals WHERE (status <> 'pending' AND updated_at < $1) OR (status = 'pending' AND expires_at < $1)`,
@@ -854,12 +979,20 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time) (int64, err
 }
 
 // Ping implements registry.Store.
-func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO probe (instance, at) VALUES ($1, $2)
+		ON CONFLICT (instance) DO UPDATE SET at = excluded.at`, s.id, s.clock())
+	if err != nil {
+		return fmt.Errorf("write probe: %w", err)
+	}
+	return nil
+}
 
 // Close implements registry.Store: it stops the listener and lease
 // renewal and closes the pool.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.commit.Close()
 		s.stop()
 		s.wg.Wait()
 		s.pool.Close()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -115,8 +117,12 @@ func TestConcurrentStartMigratesOnce(t *testing.T) {
 	if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM `+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&applied); err != nil {
 		t.Fatal(err)
 	}
-	if applied != 1 {
-		t.Errorf("schema_migrations has %d rows, want 1 (one migration, applied once)", applied)
+	files, err := filepath.Glob("migrations/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("migrations: %v, %v", files, err)
+	}
+	if applied != len(files) {
+		t.Errorf("schema_migrations has %d rows, want %d (each migration applied once)", applied, len(files))
 	}
 }
 
@@ -163,6 +169,42 @@ func TestNotifyWakesOtherReplica(t *testing.T) {
 			t.Fatal("the other replica received no notification for the finished call")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestGroupCommit: with a commit window, calls' writes share
+// transactions and each behaves as it does alone; a write the database
+// refuses (a NUL byte in a text column) fails alone, and the writes that
+// shared its transaction are stored.
+func TestGroupCommit(t *testing.T) {
+	url := testURL(t)
+	s := open(t, postgres.Options{URL: url, Schema: newSchema(t, url), CommitWindow: 50 * time.Millisecond})
+	storetest.RunConcurrentWrites(t, s)
+	if txs, writes := s.CommitStats(); writes < 20 || txs*2 > writes {
+		t.Errorf("%d writes in %d transactions; want them grouped (at most half as many transactions)", writes, txs)
+	}
+
+	var wg sync.WaitGroup
+	errs := make([]error, 5)
+	for i := range errs {
+		wg.Go(func() {
+			rec := &registry.CallRecord{CallerID: "bob", ToolCallID: fmt.Sprintf("g-%d", i), ToolName: "fs__write",
+				ArgumentsDigest: "d", State: registry.CallRunning}
+			if i == 2 {
+				rec.ToolName = "fs__write\x00"
+			}
+			_, _, errs[i] = s.BeginCall(t.Context(), rec)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if (err != nil) != (i == 2) {
+			t.Errorf("BeginCall g-%d: %v; want only g-2 (a NUL byte) to fail", i, err)
+		}
+		_, gerr := s.GetCall(t.Context(), "bob", fmt.Sprintf("g-%d", i))
+		if (gerr == nil) == (i == 2) {
+			t.Errorf("GetCall g-%d: %v; want every call but g-2 stored", i, gerr)
+		}
 	}
 }
 

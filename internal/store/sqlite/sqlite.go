@@ -2,8 +2,12 @@
 // modernc.org/sqlite) in WAL mode. Every write goes through a single
 // connection, so writers never contend and every conditional update runs
 // alone; reads go through a small pool of read-only connections that WAL
-// lets run beside the writer. A lock file keeps a second process out, so
-// calls left running in the file belong to a process that is gone.
+// lets run beside the writer. The writes of calls (BeginCall, FinishCall,
+// AppendAudit, CreateApproval) go through a group committer
+// (store.Committer): the ones waiting share one transaction and one
+// fsync, each in a savepoint of its own, and none returns before its
+// commit. A lock file keeps a second process out, so calls left running
+// in the file belong to a process that is gone.
 package sqlite
 
 import (
@@ -45,10 +49,21 @@ type Options struct {
 	BusyTimeout time.Duration
 	// Readers is the size of the read pool; 0 means 4.
 	Readers int
-	// SyncNormal sets synchronous=NORMAL instead of FULL: faster commits,
-	// still safe against a process crash, but the last commits can be lost
-	// if the machine loses power.
+	// CheckpointEvery is how often the WAL is checkpointed and truncated;
+	// 0 means 5s. Between two, SQLite checkpoints by itself every 256
+	// pages (1 MiB) and keeps at most 1 MiB of WAL after a checkpoint.
+	CheckpointEvery time.Duration
+	// SyncNormal sets synchronous=NORMAL instead of FULL: commits do not
+	// wait for the disk (only checkpoints do), still safe against a process
+	// crash, but the last commits before the machine loses power or the
+	// kernel crashes can be lost, results already answered included.
 	SyncNormal bool
+	// CommitWindow is how long a group commit waits for more writes after
+	// the first; 0 adds no wait (see store.CommitOptions.Window).
+	CommitWindow time.Duration
+	// CommitMaxOps and CommitMaxBytes bound one group commit; 0 means the
+	// store.CommitOptions defaults.
+	CommitMaxOps, CommitMaxBytes int
 }
 
 // Store is the embedded store. It implements registry.Store.
@@ -61,6 +76,8 @@ type Store struct {
 	log    *slog.Logger
 	hub    *store.Hub
 	leases *store.Leases
+	commit *store.Committer[*sql.Tx]
+	stmts  map[string]*sql.Stmt // preparedSQL on w
 
 	stop      context.CancelFunc
 	done      chan struct{}
@@ -111,7 +128,7 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	}
 	u := url.URL{Scheme: "file", Path: abs}
 	base := u.String() + fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)", busy)
-	s.w, err = sql.Open("sqlite", base+"&_pragma=journal_mode(WAL)&_pragma=synchronous("+syncMode+")&_txlock=immediate")
+	s.w, err = sql.Open("sqlite", base+"&_pragma=journal_mode(WAL)&_pragma=synchronous("+syncMode+")&_pragma=wal_autocheckpoint(256)&_pragma=journal_size_limit(1048576)&_txlock=immediate")
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("sqlite store: %w", err)
@@ -136,14 +153,50 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	n := cmp.Or(o.Readers, 4)
 	s.r.SetMaxOpenConns(n)
 	s.r.SetMaxIdleConns(n)
+	if err := s.prepare(ctx); err != nil {
+		s.r.Close()
+		s.w.Close()
+		lock.Close()
+		return nil, fmt.Errorf("sqlite store %s: %w", abs, err)
+	}
+	s.commit = store.NewCommitter(store.CommitOptions[*sql.Tx]{
+		InTx: s.inTx,
+		Exec: func(ctx context.Context, tx *sql.Tx, q string) error {
+			_, err := s.stmt(ctx, tx, q).ExecContext(ctx)
+			return err
+		},
+		MaxOps:   o.CommitMaxOps,
+		MaxBytes: o.CommitMaxBytes,
+		Window:   o.CommitWindow,
+	})
 	rctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	go func() {
 		defer close(s.done)
+		var wg sync.WaitGroup
+		wg.Go(func() { s.checkpoints(rctx, cmp.Or(o.CheckpointEvery, 5*time.Second)) })
 		s.leases.Renew(rctx, s.lease/3, s.log, s.renew)
+		wg.Wait()
 	}()
 	return s, nil
 }
+
+// inTx runs fn in one write transaction.
+func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// CommitStats returns how many group-commit transactions the store has
+// run and how many writes they held.
+func (s *Store) CommitStats() (txs, writes uint64) { return s.commit.Stats() }
 
 // InstanceID returns the id this store records as the owner of the calls
 // it runs; it is new at every Open.
@@ -164,14 +217,15 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
 		return fmt.Errorf("creating schema_migrations: %w", err)
 	}
-	var top int
-	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&top); err != nil {
+	applied, err := appliedVersions(ctx, db)
+	if err != nil {
 		return err
 	}
-	if top > len(ms) {
-		return fmt.Errorf("database schema is at version %d, newer than this program knows (%d); run a newer toolsvc", top, len(ms))
+	pending, err := store.Pending(ms, applied)
+	if err != nil {
+		return err
 	}
-	for _, m := range ms[top:] {
+	for _, m := range pending {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
@@ -190,6 +244,23 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		}
 	}
 	return nil
+}
+
+func appliedVersions(ctx context.Context, db *sql.DB) ([]int, error) {
+	rows, err := db.QueryContext(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }
 
 // micro and fromMicro convert times to the stored form: microseconds since
@@ -211,7 +282,39 @@ func fromMicro(v int64) time.Time {
 func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
 const callColumns = `caller_id, tool_call_id, tool_name, arguments_digest, arguments, context, state, result,
-	approval_id, owner, created_at, updated_at, expires_at`
+	approval_id, owner, created_at, updated_at, expires_at, trace_id`
+
+// The statements of the group commit, prepared once on the writer
+// connection: parsing them anew costs more than running them.
+const (
+	insertCallSQL = `INSERT INTO calls (` + callColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (caller_id, tool_call_id) DO NOTHING`
+	selectCallSQL = `SELECT ` + callColumns + ` FROM calls WHERE caller_id = ? AND tool_call_id = ?`
+	finishCallSQL = `UPDATE calls SET state = 'done', result = ?, owner = '', expires_at = 0, updated_at = ?
+		WHERE caller_id = ? AND tool_call_id = ? AND (state = 'pending_approval' OR (state = 'running' AND owner = ?))`
+	insertAuditSQL = `INSERT INTO audit (time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
+		status, code, duration_ms, arguments_digest, issuer, subject) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`
+)
+
+var preparedSQL = []string{insertCallSQL, selectCallSQL, finishCallSQL, insertAuditSQL, `SAVEPOINT op`, `RELEASE op`, `ROLLBACK TO op`}
+
+// prepare prepares preparedSQL on the writer connection.
+func (s *Store) prepare(ctx context.Context) error {
+	s.stmts = make(map[string]*sql.Stmt, len(preparedSQL))
+	for _, q := range preparedSQL {
+		st, err := s.w.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("preparing %q: %w", q, err)
+		}
+		s.stmts[q] = st
+	}
+	return nil
+}
+
+// stmt returns the prepared statement q bound to tx.
+func (s *Store) stmt(ctx context.Context, tx *sql.Tx, q string) *sql.Stmt {
+	return tx.StmtContext(ctx, s.stmts[q])
+}
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -222,7 +325,7 @@ func scanCall(row scanner) (*registry.CallRecord, error) {
 		created, updated, expires int64
 	)
 	err := row.Scan(&c.CallerID, &c.ToolCallID, &c.ToolName, &c.ArgumentsDigest, &args, &ctxJSON, &c.State, &result,
-		&c.ApprovalID, &c.Owner, &created, &updated, &expires)
+		&c.ApprovalID, &c.Owner, &created, &updated, &expires, &c.TraceID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, registry.ErrNotFound
 	}
@@ -246,45 +349,35 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 		return nil, false, err
 	}
 	now := s.clock()
-	c := *rec
-	c.Arguments = store.Arguments(rec.Arguments)
-	c.CreatedAt, c.UpdatedAt = now, now
+	c, result, err := store.NewCall(rec, now, s.id, s.lease)
+	if err != nil {
+		return nil, false, err
+	}
+	cctx := store.EncodeContext(c.Context)
+	var existing *registry.CallRecord
+	err = s.commit.Do(ctx, len(c.Arguments)+len(result)+len(cctx)+256, func(ctx context.Context, tx *sql.Tx) error {
+		r, err := s.stmt(ctx, tx, insertCallSQL).ExecContext(ctx,
+			c.CallerID, c.ToolCallID, c.ToolName, c.ArgumentsDigest, []byte(c.Arguments), cctx,
+			string(c.State), result, c.ApprovalID, c.Owner, micro(now), micro(now), micro(c.ExpiresAt), c.TraceID)
+		if err != nil {
+			return err
+		}
+		if n, _ := r.RowsAffected(); n == 1 {
+			return nil
+		}
+		existing, err = scanCall(s.stmt(ctx, tx, selectCallSQL).QueryRowContext(ctx, c.CallerID, c.ToolCallID))
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if existing != nil {
+		return store.EffectiveCall(existing, now), false, nil
+	}
 	if c.State == registry.CallRunning {
-		c.Owner, c.ExpiresAt, c.Result = s.id, now.Add(s.lease), nil
-	} else {
-		c.Owner, c.ExpiresAt = "", rec.ExpiresAt.UTC().Truncate(time.Microsecond)
+		s.leases.Add(c.CallerID, c.ToolCallID)
 	}
-	result, err := store.EncodeResult(c.Result)
-	if err != nil {
-		return nil, false, err
-	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, false, err
-	}
-	defer tx.Rollback()
-	r, err := tx.ExecContext(ctx, `INSERT INTO calls (`+callColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (caller_id, tool_call_id) DO NOTHING`,
-		c.CallerID, c.ToolCallID, c.ToolName, c.ArgumentsDigest, []byte(c.Arguments), store.EncodeContext(c.Context),
-		string(c.State), result, c.ApprovalID, c.Owner, micro(now), micro(now), micro(c.ExpiresAt))
-	if err != nil {
-		return nil, false, err
-	}
-	if n, _ := r.RowsAffected(); n == 1 {
-		if err := tx.Commit(); err != nil {
-			return nil, false, err
-		}
-		if c.State == registry.CallRunning {
-			s.leases.Add(store.Key(c.CallerID, c.ToolCallID))
-		}
-		return &c, true, nil
-	}
-	existing, err := scanCall(tx.QueryRowContext(ctx, `SELECT `+callColumns+` FROM calls WHERE caller_id = ? AND tool_call_id = ?`,
-		c.CallerID, c.ToolCallID))
-	if err != nil {
-		return nil, false, err
-	}
-	return store.EffectiveCall(existing, now), false, tx.Commit()
+	return &c, true, nil
 }
 
 // FinishCall implements registry.Store.
@@ -293,31 +386,30 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 		return nil, false, errors.New("sqlite store: FinishCall needs a result")
 	}
 	key := store.Key(callerID, toolCallID)
-	defer s.leases.Remove(key)
 	result, err := store.EncodeResult(res)
 	if err != nil {
 		return nil, false, err
 	}
 	now := s.clock()
-	tx, err := s.w.BeginTx(ctx, nil)
+	var (
+		n   int64
+		rec *registry.CallRecord
+	)
+	err = s.commit.Do(ctx, len(result)+256, func(ctx context.Context, tx *sql.Tx) error {
+		r, err := s.stmt(ctx, tx, finishCallSQL).ExecContext(ctx, result, micro(now), callerID, toolCallID, s.id)
+		if err != nil {
+			return err
+		}
+		n, _ = r.RowsAffected()
+		rec, err = scanCall(s.stmt(ctx, tx, selectCallSQL).QueryRowContext(ctx, callerID, toolCallID))
+		return err
+	})
 	if err != nil {
 		return nil, false, err
 	}
-	defer tx.Rollback()
-	r, err := tx.ExecContext(ctx, `UPDATE calls SET state = 'done', result = ?, owner = '', expires_at = 0, updated_at = ?
-		WHERE caller_id = ? AND tool_call_id = ? AND (state = 'pending_approval' OR (state = 'running' AND owner = ?))`,
-		result, micro(now), callerID, toolCallID, s.id)
-	if err != nil {
-		return nil, false, err
-	}
-	n, _ := r.RowsAffected()
-	rec, err := scanCall(tx.QueryRowContext(ctx, `SELECT `+callColumns+` FROM calls WHERE caller_id = ? AND tool_call_id = ?`, callerID, toolCallID))
-	if err != nil {
-		return nil, false, err
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, false, err
-	}
+	// Only now is the result safe: until then the lease stays renewed, as
+	// the caller holds the result and retries.
+	s.leases.Remove(callerID, toolCallID)
 	if n == 1 {
 		s.hub.Notify(key)
 	}
@@ -341,9 +433,6 @@ func (s *Store) WaitCall(ctx context.Context, callerID, toolCallID string) (*reg
 		Hub: s.hub,
 		Get: func(ctx context.Context) (*registry.CallRecord, error) { return s.GetCall(ctx, callerID, toolCallID) },
 		Interrupt: func(ctx context.Context, rec *registry.CallRecord) error {
-			if rec.Owner == s.id {
-				return nil
-			}
 			_, err := s.interrupt(ctx, rec.CallerID, rec.ToolCallID)
 			return err
 		},
@@ -351,8 +440,9 @@ func (s *Store) WaitCall(ctx context.Context, callerID, toolCallID string) (*reg
 	})
 }
 
-// interrupt ends calls left running by another process: one call when
-// toolCallID is given, else all.
+// interrupt ends calls left running by another process, and calls of
+// this process whose lease has lapsed and that it no longer runs (their
+// result was lost): one call when toolCallID is given, else all.
 func (s *Store) interrupt(ctx context.Context, callerID, toolCallID string) (int, error) {
 	now := s.clock()
 	tx, err := s.w.BeginTx(ctx, nil)
@@ -360,8 +450,8 @@ func (s *Store) interrupt(ctx context.Context, callerID, toolCallID string) (int
 		return 0, err
 	}
 	defer tx.Rollback()
-	q := `SELECT caller_id, tool_call_id, tool_name FROM calls WHERE state = 'running' AND owner <> ?`
-	args := []any{s.id}
+	q := `SELECT caller_id, tool_call_id, tool_name FROM calls WHERE state = 'running' AND (owner <> ? OR expires_at <= ?)`
+	args := []any{s.id, micro(now)}
 	if toolCallID != "" {
 		q += ` AND caller_id = ? AND tool_call_id = ?`
 		args = append(args, callerID, toolCallID)
@@ -377,6 +467,9 @@ func (s *Store) interrupt(ctx context.Context, callerID, toolCallID string) (int
 		if err := rows.Scan(&k.caller, &k.id, &k.tool); err != nil {
 			rows.Close()
 			return 0, err
+		}
+		if s.leases.Has(k.caller, k.id) {
+			continue // runs here, or its result waits to be recorded
 		}
 		keys = append(keys, k)
 	}
@@ -405,28 +498,44 @@ func (s *Store) interrupt(ctx context.Context, callerID, toolCallID string) (int
 
 // InterruptRunning implements registry.Store: every running call not owned
 // by this store was left by a process that is gone, since the file lock
-// admits one process at a time.
+// admits one process at a time; a call of this store is ended once its
+// lease has lapsed and it no longer runs here.
 func (s *Store) InterruptRunning(ctx context.Context) (int, error) {
 	return s.interrupt(ctx, "", "")
 }
 
-func (s *Store) renew(ctx context.Context) error {
-	_, err := s.w.ExecContext(ctx, `UPDATE calls SET expires_at = ? WHERE state = 'running' AND owner = ?`,
-		micro(s.clock().Add(s.lease)), s.id)
-	return err
+// renew extends the leases of the calls this process runs, and only
+// theirs.
+func (s *Store) renew(ctx context.Context, keys []store.CallKey) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	until := micro(s.clock().Add(s.lease))
+	for _, k := range keys {
+		if _, err := tx.ExecContext(ctx, `UPDATE calls SET expires_at = ? WHERE state = 'running' AND owner = ? AND caller_id = ? AND tool_call_id = ?`,
+			until, s.id, k.CallerID, k.ToolCallID); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
+// ReleaseCall implements registry.Store.
+func (s *Store) ReleaseCall(callerID, toolCallID string) { s.leases.Remove(callerID, toolCallID) }
+
 const approvalColumns = `id, caller_id, tool_call_id, tool_name, tier, rule, reason, arguments_digest, arguments, context,
-	status, created_at, updated_at, expires_at, decided_at, decided_by, decision_reason`
+	status, created_at, updated_at, expires_at, decided_at, decided_by, decision_reason, filed`
 
 func scanApproval(row scanner) (*registry.Approval, error) {
 	var (
 		a                                    registry.Approval
-		args, ctxJSON                        []byte
+		args, ctxJSON, filed                 []byte
 		created, updated, expires, decidedAt int64
 	)
 	err := row.Scan(&a.ID, &a.CallerID, &a.ToolCallID, &a.ToolName, &a.Tier, &a.Rule, &a.Reason, &a.ArgumentsDigest,
-		&args, &ctxJSON, &a.Status, &created, &updated, &expires, &decidedAt, &a.DecidedBy, &a.DecisionReason)
+		&args, &ctxJSON, &a.Status, &created, &updated, &expires, &decidedAt, &a.DecidedBy, &a.DecisionReason, &filed)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, registry.ErrNotFound
 	}
@@ -437,6 +546,9 @@ func scanApproval(row scanner) (*registry.Approval, error) {
 	if a.Context, err = store.DecodeContext(ctxJSON); err != nil {
 		return nil, err
 	}
+	if a.Filed, err = store.DecodeFiling(filed); err != nil {
+		return nil, err
+	}
 	a.CreatedAt, a.ExpiresAt, a.DecidedAt = fromMicro(created), fromMicro(expires), fromMicro(decidedAt)
 	_ = updated
 	return &a, nil
@@ -444,20 +556,20 @@ func scanApproval(row scanner) (*registry.Approval, error) {
 
 // CreateApproval implements registry.Store.
 func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error {
-	if err := store.CheckApproval(a); err != nil {
+	now := s.clock()
+	filed, err := store.NewApproval(a, now)
+	if err != nil {
 		return err
 	}
-	now := s.clock()
-	if a.CreatedAt.IsZero() {
-		a.CreatedAt = now
-	}
-	a.CreatedAt = a.CreatedAt.UTC().Truncate(time.Microsecond)
-	a.ExpiresAt = a.ExpiresAt.UTC().Truncate(time.Microsecond)
-	a.Status = registry.ApprovalPending
-	_, err := s.w.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, 0, '', '')`,
-		a.ID, a.CallerID, a.ToolCallID, a.ToolName, string(a.Tier), a.Rule, a.Reason, a.ArgumentsDigest,
-		store.Arguments(a.Arguments), store.EncodeContext(a.Context), micro(a.CreatedAt), micro(now), micro(a.ExpiresAt))
+	v := *a // the committer reads its own copy
+	args, cctx := store.Arguments(v.Arguments), store.EncodeContext(v.Context)
+	err = s.commit.Do(ctx, len(args)+len(cctx)+len(filed)+256, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, 0, '', '', ?)`,
+			v.ID, v.CallerID, v.ToolCallID, v.ToolName, string(v.Tier), v.Rule, v.Reason, v.ArgumentsDigest,
+			args, cctx, micro(v.CreatedAt), micro(now), micro(v.ExpiresAt), filed)
+		return err
+	})
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
 		return fmt.Errorf("sqlite store: approval %s already exists", a.ID)
 	}
@@ -515,14 +627,9 @@ func (s *Store) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([
 // DecideApproval implements registry.Store. The single writer connection
 // runs the conditional update alone, so exactly one decision wins.
 func (s *Store) DecideApproval(ctx context.Context, id string, v registry.Verdict, by, reason string, now time.Time) (*registry.Approval, bool, error) {
-	var status registry.ApprovalStatus
-	switch v {
-	case registry.VerdictApprove:
-		status = registry.ApprovalApproved
-	case registry.VerdictDeny:
-		status = registry.ApprovalDenied
-	default:
-		return nil, false, fmt.Errorf("sqlite store: unknown verdict %q (want approve or deny)", v)
+	status, err := store.DecidedStatus(v)
+	if err != nil {
+		return nil, false, err
 	}
 	now = now.UTC().Truncate(time.Microsecond)
 	tx, err := s.w.BeginTx(ctx, nil)
@@ -550,7 +657,7 @@ func (s *Store) DecideApproval(ctx context.Context, id string, v registry.Verdic
 			return nil, false, err
 		}
 		if n, _ := r.RowsAffected(); n == 1 {
-			s.leases.Add(key)
+			s.leases.Add(a.CallerID, a.ToolCallID)
 		}
 	} else {
 		result, err := store.EncodeResult(registry.ApprovalDeniedResult(a.ToolCallID, a.ToolName, by, reason))
@@ -564,7 +671,7 @@ func (s *Store) DecideApproval(ctx context.Context, id string, v registry.Verdic
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		s.leases.Remove(key)
+		s.leases.Remove(a.CallerID, a.ToolCallID)
 		return nil, false, err
 	}
 	s.hub.Notify(key)
@@ -675,17 +782,19 @@ func (s *Store) ExpireApprovals(ctx context.Context, now time.Time) (int, error)
 
 // AppendAudit implements registry.Store.
 func (s *Store) AppendAudit(ctx context.Context, e *registry.AuditEntry) error {
-	if e.Time.IsZero() {
-		e.Time = s.clock()
+	store.NewAudit(e, s.clock())
+	v := *e // the committer reads its own copy: a caller that gives up may retry with e
+	var id int64
+	err := s.commit.Do(ctx, 512, func(ctx context.Context, tx *sql.Tx) error {
+		return s.stmt(ctx, tx, insertAuditSQL).QueryRowContext(ctx,
+			micro(v.Time), v.Event, v.CallerID, v.ToolCallID, v.ToolName, string(v.Tier), string(v.Decision), v.Rule,
+			string(v.Status), string(v.Code), v.DurationMs, v.ArgumentsDigest, v.Issuer, v.Subject).Scan(&id)
+	})
+	if err != nil {
+		return err
 	}
-	e.Time = e.Time.UTC().Truncate(time.Microsecond)
-	if e.Event == "" {
-		e.Event = "call"
-	}
-	return s.w.QueryRowContext(ctx, `INSERT INTO audit (time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
-		status, code, duration_ms, arguments_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`,
-		micro(e.Time), e.Event, e.CallerID, e.ToolCallID, e.ToolName, string(e.Tier), string(e.Decision), e.Rule,
-		string(e.Status), string(e.Code), e.DurationMs, e.ArgumentsDigest).Scan(&e.ID)
+	e.ID = id
+	return nil
 }
 
 // ListAudit implements registry.Store.
@@ -703,7 +812,7 @@ func (s *Store) ListAudit(ctx context.Context, f registry.AuditFilter) ([]*regis
 	}
 	args = append(args, store.Limit(f.Limit))
 	rows, err := s.r.QueryContext(ctx, `SELECT id, time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
-		status, code, duration_ms, arguments_digest FROM audit WHERE `+strings.Join(where, ` AND `)+` ORDER BY id LIMIT ?`, args...)
+		status, code, duration_ms, arguments_digest, issuer, subject FROM audit WHERE `+strings.Join(where, ` AND `)+` ORDER BY id LIMIT ?`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -713,7 +822,7 @@ func (s *Store) ListAudit(ctx context.Context, f registry.AuditFilter) ([]*regis
 		var e registry.AuditEntry
 		var t int64
 		if err := rows.Scan(&e.ID, &t, &e.Event, &e.CallerID, &e.ToolCallID, &e.ToolName, &e.Tier, &e.Decision, &e.Rule,
-			&e.Status, &e.Code, &e.DurationMs, &e.ArgumentsDigest); err != nil {
+			&e.Status, &e.Code, &e.DurationMs, &e.ArgumentsDigest, &e.Issuer, &e.Subject); err != nil {
 			return nil, err
 		}
 		e.Time = fromMicro(t)
@@ -746,19 +855,70 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time) (int64, err
 	return total, tx.Commit()
 }
 
-// Ping implements registry.Store.
+// probeHeadroom is how many bytes the readiness write needs: a volume
+// with less room left fails readiness before calls fail.
+const probeHeadroom = 128 << 10
+
+// Ping implements registry.Store: it reads, and rewrites one row of
+// probeHeadroom bytes, so a volume that takes no more writes (or hardly
+// any) fails it.
 func (s *Store) Ping(ctx context.Context) error {
 	var one int
-	return s.r.QueryRowContext(ctx, `SELECT 1`).Scan(&one)
+	if err := s.r.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return err
+	}
+	if _, err := s.w.ExecContext(ctx, `INSERT INTO probe (id, at, pad) VALUES (1, ?, zeroblob(?))
+		ON CONFLICT (id) DO UPDATE SET at = excluded.at, pad = excluded.pad`,
+		micro(s.clock()), probeHeadroom); err != nil {
+		return fmt.Errorf("write probe: %w", err)
+	}
+	return nil
+}
+
+// checkpoint copies the WAL into the database and truncates it, so the
+// WAL stays small however the database is used (SQLite's own automatic
+// checkpoint never shrinks the file).
+func (s *Store) checkpoint(ctx context.Context) error {
+	var busy, logPages, done int
+	if err := s.w.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logPages, &done); err != nil {
+		return err
+	}
+	if busy != 0 {
+		return errors.New("checkpoint was blocked by a reader")
+	}
+	return nil
+}
+
+// checkpoints runs checkpoint every interval until ctx ends.
+func (s *Store) checkpoints(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, every)
+		if err := s.checkpoint(cctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("store: WAL checkpoint failed", "err", err)
+		}
+		cancel()
+	}
 }
 
 // Close implements registry.Store: it stops renewing leases, closes the
 // database and releases the file lock.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.commit.Close()
 		s.stop()
 		<-s.done
-		s.closeErr = errors.Join(s.r.Close(), s.w.Close(), s.lock.Close())
+		errs := []error{}
+		for _, st := range s.stmts {
+			errs = append(errs, st.Close())
+		}
+		s.closeErr = errors.Join(append(errs, s.r.Close(), s.w.Close(), s.lock.Close())...)
 	})
 	return s.closeErr
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store/sqlite"
@@ -26,6 +27,18 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) registry.Store {
 		return open(t, filepath.Join(t.TempDir(), "state", "toolsvc.db"), sqlite.Options{})
 	})
+}
+
+// TestGroupCommit: with a commit window, the writes of concurrent calls
+// share transactions, and every write still behaves as it does alone
+// (the conformance suite's concurrent writes, run again through it).
+func TestGroupCommit(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{CommitWindow: 50 * time.Millisecond})
+	storetest.RunConcurrentWrites(t, s)
+	txs, writes := s.CommitStats()
+	if writes < 20 || txs*2 > writes {
+		t.Errorf("%d writes in %d transactions; want them grouped (at most half as many transactions)", writes, txs)
+	}
 }
 
 func TestRestart(t *testing.T) {
@@ -79,5 +92,35 @@ func BenchmarkStore(b *testing.B) {
 			defer s.Close()
 			storetest.Benchmark(b, s)
 		})
+	}
+}
+
+// TestOrphanedRecordOfThisProcessExpires: the store renews only the calls
+// it still runs; a record whose result will never come (ReleaseCall) lapses
+// and is interrupted by this very process, while a running call's lease
+// is kept alive.
+func TestOrphanedRecordOfThisProcessExpires(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{Lease: 300 * time.Millisecond})
+	ctx := t.Context()
+	for _, id := range []string{"orphan", "live"} {
+		if _, created, err := s.BeginCall(ctx, &registry.CallRecord{CallerID: "c", ToolCallID: id, ToolName: "fs__write",
+			ArgumentsDigest: "d", State: registry.CallRunning}); err != nil || !created {
+			t.Fatal(created, err)
+		}
+	}
+	s.ReleaseCall("c", "orphan")
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rec, err := s.WaitCall(wctx, "c", "orphan")
+	if err != nil || rec.Result.Code() != registry.CodeInterrupted {
+		t.Fatalf("orphaned record: %v %+v", err, rec)
+	}
+	time.Sleep(time.Second) // several leases: the live call must have been renewed meanwhile
+	if n, err := s.InterruptRunning(ctx); err != nil || n != 0 {
+		t.Fatalf("InterruptRunning ended %d calls (%v); the live call must be kept", n, err)
+	}
+	live, err := s.GetCall(ctx, "c", "live")
+	if err != nil || live.State != registry.CallRunning {
+		t.Fatalf("live call: %v %+v", err, live)
 	}
 }

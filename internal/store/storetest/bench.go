@@ -34,6 +34,7 @@ func Benchmark(b *testing.B, s registry.Store) {
 		}
 	})
 	b.Run("BeginFinishParallel", func(b *testing.B) {
+		b.SetParallelism(16) // as many calls in flight as a loaded service has
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				rec := begin(b)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) registry.Store) {
 		{"BeginCall", testBeginCall},
 		{"BeginCallRejectsIncompleteRecords", testBeginCallInvalid},
 		{"BeginCallRace", testBeginCallRace},
+		{"TraceID", testTraceID},
 		{"FinishCall", testFinishCall},
 		{"WaitCall", testWaitCall},
 		{"WaitCallTimeout", testWaitCallTimeout},
@@ -57,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) registry.Store) {
 		{"Audit", testAudit},
 		{"DeleteExpired", testDeleteExpired},
 		{"InterruptRunningSparesOwnCalls", testInterruptOwn},
+		{"ConcurrentWrites", RunConcurrentWrites},
 		{"Ping", func(t *testing.T, s registry.Store) {
 			if err := s.Ping(t.Context()); err != nil {
 				t.Fatalf("Ping: %v", err)
@@ -450,6 +453,47 @@ func testBeginCall(t *testing.T, s registry.Store) {
 	}
 }
 
+// testTraceID checks that a record keeps the trace id it was created with
+// through every state, and reads "" when it had none.
+func testTraceID(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	run := running("alice", "traced-run", `{"n":1}`)
+	run.TraceID = traceID
+	if got := mustBegin(t, s, run, true); got.TraceID != traceID {
+		t.Errorf("BeginCall returned trace id %q, want %q", got.TraceID, traceID)
+	}
+	if got := mustGet(t, s, run); got.TraceID != traceID {
+		t.Errorf("GetCall of a running call: trace id %q, want %q", got.TraceID, traceID)
+	}
+	repeat := running("alice", "traced-run", `{"n":1}`)
+	repeat.TraceID = "0af7651916cd43dd8448eb211c80319c"
+	if got := mustBegin(t, s, repeat, false); got.TraceID != traceID {
+		t.Errorf("a repeat read trace id %q, want the first call's %q", got.TraceID, traceID)
+	}
+	if got := mustFinish(t, s, run, okResult(run, `1`), true); got.TraceID != traceID {
+		t.Errorf("FinishCall returned trace id %q, want %q", got.TraceID, traceID)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if got, err := s.WaitCall(wctx, run.CallerID, run.ToolCallID); err != nil || got.TraceID != traceID {
+		t.Errorf("WaitCall of a done call = %+v, %v; want trace id %q", got, err, traceID)
+	}
+
+	pend := pending("alice", "traced-pend", "appr-traced", time.Now().Add(time.Hour))
+	pend.TraceID = traceID
+	mustBegin(t, s, pend, true)
+	if got := mustGet(t, s, pend); got.State != registry.CallPendingApproval || got.TraceID != traceID {
+		t.Errorf("GetCall of a pending call: %s, trace id %q; want pending_approval, %q", got.State, got.TraceID, traceID)
+	}
+
+	plain := running("alice", "untraced", `{}`)
+	mustBegin(t, s, plain, true)
+	if got := mustGet(t, s, plain); got.TraceID != "" {
+		t.Errorf("a call without a trace reads trace id %q, want none", got.TraceID)
+	}
+}
+
 func testBeginCallInvalid(t *testing.T, s registry.Store) {
 	ctx := t.Context()
 	bad := []func(r *registry.CallRecord){
@@ -839,9 +883,11 @@ func testAudit(t *testing.T, s registry.Store) {
 		{Time: base, CallerID: "alice", ToolCallID: "c1", ToolName: "fs__read", Tier: registry.ReadOnly, Decision: registry.Allow,
 			Rule: "tier-default:read_only", Status: registry.StatusOK, DurationMs: 3, ArgumentsDigest: "d1"},
 		{Time: base.Add(time.Minute), CallerID: "bob", ToolCallID: "c2", ToolName: "shell__exec", Tier: registry.Privileged, Decision: registry.Deny,
-			Rule: "ops/no-rm", Status: registry.StatusError, Code: registry.CodePolicyDenied, ArgumentsDigest: "d2"},
+			Rule: "ops/no-rm", Status: registry.StatusError, Code: registry.CodePolicyDenied, ArgumentsDigest: "d2",
+			Issuer: "https://idp.example.com/realms/ops", Subject: "5f0c7a9e-bob"},
 		{Time: base.Add(2 * time.Minute), CallerID: "alice", ToolCallID: "c3", ToolName: "shell__exec", Status: registry.StatusOK},
-		{CallerID: "oncall", Event: "approval", ToolName: "shell__exec", Decision: registry.Allow},
+		{CallerID: "oncall", Event: "approval", ToolName: "shell__exec", Decision: registry.Allow,
+			Issuer: "https://idp.example.com/realms/ops", Subject: "oncall-7"},
 	}
 	for _, e := range entries {
 		if err := s.AppendAudit(ctx, e); err != nil {
@@ -866,6 +912,12 @@ func testAudit(t *testing.T, s registry.Store) {
 	}
 	if got != want {
 		t.Errorf("stored entry = %+v\nwant %+v", got, want)
+	}
+	if a := all[3]; a.Issuer != entries[3].Issuer || a.Subject != entries[3].Subject {
+		t.Errorf("stored approval entry names %q/%q, want %q/%q", a.Issuer, a.Subject, entries[3].Issuer, entries[3].Subject)
+	}
+	if a := all[0]; a.Issuer != "" || a.Subject != "" {
+		t.Errorf("entry of a static caller names %q/%q, want neither", a.Issuer, a.Subject)
 	}
 	for _, tc := range []struct {
 		f    registry.AuditFilter
@@ -962,4 +1014,102 @@ func ids(as []*registry.Approval) []string {
 		out = append(out, a.ID)
 	}
 	return out
+}
+
+// RunConcurrentWrites runs every kind of write a call makes at once, so a
+// store that groups writes into shared transactions (the embedded store's
+// group commit) holds several of them in one: each write must behave
+// exactly as it does alone. Twenty calls begin and finish; four begins of
+// one toolCallId race (one creates the record, all see it); two requests
+// with one approval id race (one is stored, the other fails alone);
+// audit entries get distinct ids.
+func RunConcurrentWrites(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 20 {
+		wg.Go(func() {
+			<-start
+			rec := running("alice", fmt.Sprintf("many-%d", i), fmt.Sprintf(`{"n":%d}`, i))
+			if _, created, err := s.BeginCall(ctx, rec); err != nil || !created {
+				t.Errorf("BeginCall %d: created=%v, %v", i, created, err)
+				return
+			}
+			if _, stored, err := s.FinishCall(ctx, rec.CallerID, rec.ToolCallID, okResult(rec, fmt.Sprintf(`{"n":%d}`, i))); err != nil || !stored {
+				t.Errorf("FinishCall %d: stored=%v, %v", i, stored, err)
+			}
+		})
+	}
+	var created atomic.Int32
+	dup := running("alice", "dup", `{"n":"dup"}`)
+	for i := range 4 {
+		wg.Go(func() {
+			<-start
+			got, c, err := s.BeginCall(ctx, dup)
+			if err != nil || got.State != registry.CallRunning || !got.Matches(dup.ToolName, dup.ArgumentsDigest) {
+				t.Errorf("BeginCall of dup %d = %+v, %v; want its running record", i, got, err)
+				return
+			}
+			if c {
+				created.Add(1)
+			}
+		})
+	}
+	pend := pending("alice", "pend-dup", "appr-dup", time.Now().Add(time.Hour))
+	mustBegin(t, s, pend, true)
+	var approvals, refused atomic.Int32
+	for range 2 {
+		wg.Go(func() {
+			<-start
+			err := s.CreateApproval(ctx, approvalFor(pend))
+			switch {
+			case err == nil:
+				approvals.Add(1)
+			case strings.Contains(err.Error(), "already exists"):
+				refused.Add(1)
+			default:
+				t.Errorf("CreateApproval twice: %v, want nil or already exists", err)
+			}
+		})
+	}
+	entries := make([]*registry.AuditEntry, 8)
+	for i := range entries {
+		entries[i] = &registry.AuditEntry{CallerID: "alice", ToolCallID: fmt.Sprintf("many-%d", i), ToolName: "fs__write", Status: registry.StatusOK}
+		wg.Go(func() {
+			<-start
+			if err := s.AppendAudit(ctx, entries[i]); err != nil {
+				t.Errorf("AppendAudit %d: %v", i, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if created.Load() != 1 {
+		t.Errorf("%d of 4 concurrent BeginCalls of one toolCallId created it, want 1", created.Load())
+	}
+	if approvals.Load() != 1 || refused.Load() != 1 {
+		t.Errorf("CreateApproval of one id twice: %d stored, %d refused; want 1 and 1", approvals.Load(), refused.Load())
+	}
+	for i := range 20 {
+		rec := mustGet(t, s, &registry.CallRecord{CallerID: "alice", ToolCallID: fmt.Sprintf("many-%d", i)})
+		if rec.State != registry.CallDone || string(rec.Result.Output) != fmt.Sprintf(`{"n":%d}`, i) {
+			t.Errorf("call many-%d = %s %+v, want done with its own result", i, rec.State, rec.Result)
+		}
+	}
+	if a, err := s.GetApproval(ctx, "appr-dup"); err != nil || a.Status != registry.ApprovalPending {
+		t.Errorf("the approval stored once = %+v, %v; want pending", a, err)
+	}
+	ids := map[int64]bool{}
+	for _, e := range entries {
+		ids[e.ID] = true
+	}
+	list, err := s.ListAudit(ctx, registry.AuditFilter{CallerID: "alice"})
+	if err != nil || len(list) != 8 || len(ids) != 8 {
+		t.Fatalf("audit = %d entries (%v), %d distinct ids; want 8 and 8", len(list), err, len(ids))
+	}
+	for _, e := range list {
+		if !ids[e.ID] {
+			t.Errorf("audit entry %d was not assigned to any append", e.ID)
+		}
+	}
 }

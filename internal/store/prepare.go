@@ -1,0 +1,66 @@
+package store
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// Micro is the stored precision of every time: both stores keep
+// microseconds.
+func Micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// NewCall is the record BeginCall inserts for rec at now: a running call
+// owned by owner with a lease, or a pending one with its approval's expiry
+// and pending result. It returns the record and its stored result.
+func NewCall(rec *registry.CallRecord, now time.Time, owner string, lease time.Duration) (registry.CallRecord, []byte, error) {
+	c := *rec
+	c.Arguments = Arguments(rec.Arguments)
+	c.CreatedAt, c.UpdatedAt = now, now
+	if c.State == registry.CallRunning {
+		c.Owner, c.ExpiresAt, c.Result = owner, now.Add(lease), nil
+	} else {
+		c.Owner, c.ExpiresAt = "", Micro(rec.ExpiresAt)
+	}
+	result, err := EncodeResult(c.Result)
+	return c, result, err
+}
+
+// NewApproval validates a request given to CreateApproval and sets what
+// the store records: created at now unless set, pending, times at the
+// stored precision. It returns the stored filing.
+func NewApproval(a *registry.Approval, now time.Time) ([]byte, error) {
+	if err := CheckApproval(a); err != nil {
+		return nil, err
+	}
+	if a.CreatedAt.IsZero() {
+		a.CreatedAt = now
+	}
+	a.CreatedAt, a.ExpiresAt, a.Status = Micro(a.CreatedAt), Micro(a.ExpiresAt), registry.ApprovalPending
+	return EncodeFiling(a.Filed)
+}
+
+// NewAudit sets what AppendAudit records beside e's own fields: the time
+// (now when unset, at the stored precision) and the event ("call" when
+// unset).
+func NewAudit(e *registry.AuditEntry, now time.Time) {
+	if e.Time.IsZero() {
+		e.Time = now
+	}
+	e.Time = Micro(e.Time)
+	if e.Event == "" {
+		e.Event = "call"
+	}
+}
+
+// DecidedStatus is the status a verdict gives a request.
+func DecidedStatus(v registry.Verdict) (registry.ApprovalStatus, error) {
+	switch v {
+	case registry.VerdictApprove:
+		return registry.ApprovalApproved, nil
+	case registry.VerdictDeny:
+		return registry.ApprovalDenied, nil
+	}
+	return "", fmt.Errorf("store: unknown verdict %q (want approve or deny)", v)
+}
