@@ -42,6 +42,10 @@ const (
 
 // Options are what custom tools need from the service.
 type Options struct {
+	// ProcessConcurrency is the maxConcurrency of exec tools that set
+	// none (each call starts a sandboxed process); 0 leaves the registry
+	// default.
+	ProcessConcurrency int
 	// Workspace maps a call's instance key to the directory an exec tool
 	// runs in (its HOME, TMPDIR and only writable place). Required for
 	// exec tools.
@@ -99,9 +103,12 @@ type ExportSpec struct {
 	Description string `yaml:"description"`
 	// Parameters is a JSON Schema (written as YAML, or as a JSON string)
 	// whose root is type: object; absent means no arguments.
-	Parameters  yaml.Node        `yaml:"parameters"`
-	Tier        registry.Tier    `yaml:"tier"`
-	Annotations *AnnotationsSpec `yaml:"annotations"`
+	Parameters yaml.Node `yaml:"parameters"`
+	// OutputSchema, optional, is a JSON Schema (root type: object) that
+	// every output must match; served as MCP's outputSchema.
+	OutputSchema yaml.Node        `yaml:"outputSchema"`
+	Tier         registry.Tier    `yaml:"tier"`
+	Annotations  *AnnotationsSpec `yaml:"annotations"`
 }
 
 // AnnotationsSpec are the MCP hints of an export.
@@ -156,7 +163,7 @@ func Tools(r *config.Resource, o Options) ([]*registry.Tool, error) {
 	if r.Kind != config.KindTool {
 		return nil, r.Errorf("is not a %s resource", config.KindTool)
 	}
-	if err := registry.ValidateNamePart(r.Metadata.Name); err != nil {
+	if err := registry.ValidateResourceName(r.Metadata.Name); err != nil {
 		return nil, r.Errorf("metadata.name %v", err)
 	}
 	var spec Spec
@@ -180,6 +187,9 @@ func Tools(r *config.Resource, o Options) ([]*registry.Tool, error) {
 	case spec.Exec != nil:
 		kind = TypeExec
 		b, err = newExec(r, spec.Exec, o)
+		if spec.MaxConcurrency == 0 {
+			spec.MaxConcurrency = o.ProcessConcurrency
+		}
 	case spec.HTTP != nil:
 		kind = TypeHTTP
 		b, err = newHTTP(r, spec.HTTP, o)
@@ -217,6 +227,15 @@ func Tools(r *config.Resource, o Options) ([]*registry.Tool, error) {
 		if err != nil {
 			return nil, r.Errorf("export %s: parameters: %v", ex.Name, err)
 		}
+		var output json.RawMessage
+		if ex.OutputSchema.Kind != 0 {
+			if output, err = schemaJSON(&ex.OutputSchema); err != nil {
+				return nil, r.Errorf("export %s: outputSchema: %v", ex.Name, err)
+			}
+		}
+		if err := registry.ValidateName(registry.JoinName(r.Metadata.Name, ex.Name)); err != nil {
+			return nil, r.Errorf("export %s: %v", ex.Name, err)
+		}
 		export := ex.Name
 		run := b.run
 		t := &registry.Tool{
@@ -224,6 +243,7 @@ func Tools(r *config.Resource, o Options) ([]*registry.Tool, error) {
 				Name:              registry.JoinName(r.Metadata.Name, ex.Name),
 				Description:       strings.TrimSpace(ex.Description),
 				Parameters:        params,
+				OutputSchema:      output,
 				Tier:              tier,
 				Timeout:           spec.Timeout,
 				MaxOutputBytes:    spec.MaxOutputBytes,

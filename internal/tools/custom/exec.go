@@ -17,6 +17,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/sandbox"
+	"github.com/toolsvc/toolsvc/internal/tools/stream"
 	"github.com/toolsvc/toolsvc/internal/tools/workspace"
 )
 
@@ -42,6 +43,9 @@ type execBackend struct {
 func newExec(r *config.Resource, s *ExecSpec, o Options) (*execBackend, error) {
 	if o.Sandbox == nil || o.Workspace == nil {
 		return nil, r.Errorf("exec tools need the sandbox and the workspace (a wiring error)")
+	}
+	if err := o.Sandbox.Usable(); err != nil {
+		return nil, fmt.Errorf("%s: %w", r.Source(), err)
 	}
 	if len(s.Command) == 0 || s.Command[0] == "" {
 		return nil, r.Errorf("exec.command is empty: give argv, e.g. [./tool.py, --json]")
@@ -123,10 +127,24 @@ func (b *execBackend) run(ctx context.Context, req *registry.Request, export str
 	if err != nil {
 		return nil, err
 	}
-	dir, err := b.ws.Dir(req.Context.InstanceKey)
+	var owner workspace.Owner
+	if req.Caller != nil {
+		owner = workspace.OwnerOf(req.Caller.ID, req.Caller.Workspace)
+	}
+	wd, err := b.ws.Open(owner, req.Context.InstanceKey)
+	if errors.Is(err, workspace.ErrLink) {
+		return nil, registry.ToolError("the workspace of this instanceKey cannot be opened: "+err.Error(),
+			"Use another instanceKey; a symbolic link where a workspace directory belongs is never followed.")
+	}
 	if err != nil {
 		return nil, err
 	}
+	defer wd.Close()
+	wf, err := wd.File()
+	if err != nil {
+		return nil, err
+	}
+	defer wf.Close()
 	env := slices.Clone(b.env)
 	carrier := propagation.MapCarrier{}
 	b.prop.Inject(ctx, carrier)
@@ -138,12 +156,17 @@ func (b *execBackend) run(ctx context.Context, req *registry.Request, export str
 		limit = defaultOutputLimit
 	}
 	stderr := sandbox.NewCapture(stderrLimit)
+	// Room for the marker and for the escapes of a cut output, which is
+	// returned as a JSON string.
+	stdout := stream.New(ctx, req, "stdout", max((limit-512)*2/3, 256))
 	res, err := b.sb.Run(ctx, sandbox.Spec{
 		Args:           b.argv,
-		Workspace:      dir,
+		Workspace:      wd.Path,
+		WorkDir:        wf,
 		Dir:            b.dir,
 		Env:            env,
 		Stdin:          bytes.NewReader(in),
+		Stdout:         stdout,
 		Stderr:         stderr,
 		MaxOutputBytes: limit,
 		AllowExec:      b.allowExec,
@@ -158,7 +181,11 @@ func (b *execBackend) run(ctx context.Context, req *registry.Request, export str
 	case res.ExitCode != 0:
 		return nil, exitError(res.ExitCode, stderr.String())
 	}
-	return output(res.Stdout, res.StdoutTruncated), nil
+	out := []byte(stdout.Text(req))
+	if stdout.Truncated() {
+		req.ReportTruncated(stdout.Total())
+	}
+	return output(out, stdout.Truncated()), nil
 }
 
 func exitError(code int, stderr string) error {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/sandbox"
+	"github.com/toolsvc/toolsvc/internal/tools/workspace"
 )
 
 func modes(t *testing.T) []sandbox.Mode {
@@ -69,7 +70,13 @@ func TestExecFailures(t *testing.T) {
 		!strings.Contains(string(res.Output), "[output truncated:") {
 		t.Errorf("flood: status %s truncated %v, %d bytes", res.Status, res.Truncated, len(res.Output))
 	}
+	if res.OriginalBytes != floodBytes {
+		t.Errorf("flood: originalBytes %d, the program wrote %d", res.OriginalBytes, floodBytes)
+	}
 }
+
+// floodBytes is what the "flood" helper writes.
+const floodBytes = 200 << 16
 
 func TestExecEnvironmentAndWorkspace(t *testing.T) {
 	f := newFixture(t, sandbox.ModeBestEffort)
@@ -96,7 +103,7 @@ func TestExecEnvironmentAndWorkspace(t *testing.T) {
 	if !strings.Contains(got["TRACEPARENT"], "4bf92f3577b34da6a3ce929d0e0e4736") {
 		t.Errorf("trace context not passed: %q", got["TRACEPARENT"])
 	}
-	dir, _ := f.ws.Dir("conv-7")
+	dir := f.ws.Path(workspace.Owner{CallerID: registry.Anonymous().ID}, "conv-7")
 	if got["PWD"] != dir || got["HOME"] != dir {
 		t.Errorf("working directory %q, HOME %q, want the instance's workspace %q", got["PWD"], got["HOME"], dir)
 	}

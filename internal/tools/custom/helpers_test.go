@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case sandbox.ChildCommand:
-			err := sandbox.RunChild(os.Args[2:])
+			err := sandbox.RunChild(os.Args[2:], nil)
 			fmt.Fprintln(os.Stderr, "sandbox child:", err)
 			os.Exit(125)
 		case "exec-helper":

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/propagation"
 
@@ -140,5 +141,32 @@ func (b *httpBackend) run(ctx context.Context, req *registry.Request, export str
 		}
 		return nil, backendError("reading the tool's backend answer failed: %v", err)
 	}
-	return output(data, len(data) > limit), nil
+	if len(data) <= limit {
+		return output(data, false), nil
+	}
+	// Cut: keep what fits as a string with its marker (room for escapes),
+	// count the rest, and keep all of it where the service spills.
+	keep := max((limit-512)*2/3, 256)
+	for keep > 0 && keep < len(data) && !utf8.RuneStart(data[keep]) {
+		keep--
+	}
+	total, marker := countRest(ctx, req, data, resp.Body, int64(keep))
+	req.ReportTruncated(total)
+	return string(bytes.ToValidUTF8(data[:keep], nil)) + "\n" + marker, nil
+}
+
+// countBound bounds how much of a cut answer is read to count (and keep) it.
+const countBound = 256 << 20
+
+// countRest reads the rest of an answer cut at keep (read holds what was
+// read) to count it, within the call's deadline and countBound, spilling
+// all of it when the service keeps cut outputs. It returns the answer's
+// size and the marker that says so.
+func countRest(ctx context.Context, req *registry.Request, read []byte, body io.Reader, keep int64) (int64, string) {
+	total, exact, spill := req.CountRest(ctx, "body", read, body, countBound)
+	marker := registry.CutMarker(total-keep, total, req.CallID, "body", keep, spill)
+	if !exact {
+		marker = fmt.Sprintf("[the answer is at least %d bytes; counting stopped there] ", total) + marker
+	}
+	return total, marker
 }

@@ -91,9 +91,13 @@ Input is at most %d bytes. At most maxRows rows (default %d, at most %d) are ret
 	yes, no := true, false
 	return &registry.Tool{
 		Definition: registry.Definition{
-			Name:           registry.JoinName(Resource, "parse"),
-			Description:    desc,
-			Parameters:     json.RawMessage(schema),
+			Name:        registry.JoinName(Resource, "parse"),
+			Description: desc,
+			Parameters:  json.RawMessage(schema),
+			OutputSchema: json.RawMessage(`{"type": "object", "required": ["format", "rows", "rowCount", "offset", "truncated"],
+  "properties": {"format": {"type": "string"}, "columns": {"type": "array", "items": {"type": "string"}},
+    "rows": {"type": "array"}, "rowCount": {"type": "integer"}, "offset": {"type": "integer"},
+    "truncated": {"type": "boolean"}, "reason": {"type": "string"}, "nextOffset": {"type": "integer"}}}`),
 			Tier:           registry.ReadOnly,
 			Timeout:        p.o.Timeout,
 			MaxOutputBytes: p.o.MaxOutputBytes,

@@ -17,7 +17,12 @@ func benchTools(b *testing.B) (*tools, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &tools{o: Options{Workspace: ws}.withDefaults()}, ws.Base()
+	d, err := ws.Open(workspace.Owner{CallerID: registry.Anonymous().ID}, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	d.Close()
+	return &tools{o: Options{Workspace: ws}.withDefaults()}, d.Path
 }
 
 func BenchmarkRead(b *testing.B) {

@@ -94,7 +94,10 @@ func (t *tools) edit(ctx context.Context, req *registry.Request) (any, error) {
 	case len(at) == 0:
 		return nil, notFoundError(rel, content, a.OldText)
 	case len(at) > 1:
-		count := countOverlapping(content, old)
+		count, err := countOverlapping(ctx, content, old)
+		if err != nil {
+			return nil, err
+		}
 		return nil, registry.ToolError(
 			fmt.Sprintf("oldText occurs %d times in %s (at lines %s); it must occur exactly once, so nothing was changed", count, quoteShort(rel), joinInts(lines, count)),
 			"Include more of the surrounding lines in oldText (and the same lines in newText) so that it matches exactly one place.")
@@ -134,16 +137,40 @@ func occurrences(content, old []byte, n int) (at, lines []int) {
 	return at, lines
 }
 
-func countOverlapping(content, old []byte) int {
-	count := 0
-	for from := 0; ; {
-		i := bytes.Index(content[from:], old)
-		if i < 0 {
-			return count
+// countOverlapping counts the (possibly overlapping) occurrences of old
+// in content in O(len(content)+len(old)) time (Knuth-Morris-Pratt), where
+// repeated searching would take O(len(content)*len(old)) for a periodic
+// old such as a long run of one character; it checks ctx as it goes.
+func countOverlapping(ctx context.Context, content, old []byte) (int, error) {
+	fail := make([]int, len(old))
+	for i, k := 1, 0; i < len(old); i++ {
+		for k > 0 && old[i] != old[k] {
+			k = fail[k-1]
 		}
-		count++
-		from += i + 1
+		if old[i] == old[k] {
+			k++
+		}
+		fail[i] = k
 	}
+	count := 0
+	for i, k := 0, 0; i < len(content); i++ {
+		if i%(1<<20) == 0 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+		}
+		for k > 0 && content[i] != old[k] {
+			k = fail[k-1]
+		}
+		if content[i] == old[k] {
+			k++
+		}
+		if k == len(old) {
+			count++
+			k = fail[k-1]
+		}
+	}
+	return count, nil
 }
 
 func joinInts(v []int, total int) string {

@@ -113,6 +113,7 @@ func (t *tools) define(export, description string, tier registry.Tier, schema st
 			Name:           registry.JoinName(Resource, export),
 			Description:    description,
 			Parameters:     json.RawMessage(schema),
+			OutputSchema:   json.RawMessage(outputSchemas[export]),
 			Tier:           tier,
 			Timeout:        t.o.Timeout,
 			MaxOutputBytes: t.o.MaxOutputBytes,
@@ -144,11 +145,19 @@ const pathRules = `Paths are relative to the workspace root and use forward slas
 
 // openRoot opens the caller's workspace directory.
 func (t *tools) openRoot(req *registry.Request) (*os.Root, error) {
-	root, err := t.o.Workspace.Root(req.Context.InstanceKey)
+	var owner workspace.Owner
+	if req.Caller != nil {
+		owner = workspace.OwnerOf(req.Caller.ID, req.Caller.Workspace)
+	}
+	dir, err := t.o.Workspace.Open(owner, req.Context.InstanceKey)
+	if errors.Is(err, workspace.ErrLink) {
+		return nil, registry.ToolError("the workspace of this instanceKey cannot be opened: "+err.Error(),
+			"Use another instanceKey; a symbolic link where a workspace directory belongs is never followed.")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot open the workspace: %w", err)
 	}
-	return root, nil
+	return dir.Root, nil
 }
 
 // cleanPath checks a path argument and returns it in canonical form ("."

@@ -111,7 +111,7 @@ func (t *tools) read(ctx context.Context, req *registry.Request) (any, error) {
 	text := buf
 	if more {
 		// Do not split a character at the end of a chunk.
-		text = trimPartialRune(buf)
+		text = registry.TrimPartialRune(buf)
 	}
 	// A limit smaller than one character leaves no text: send the bytes.
 	if (len(text) > 0 || len(buf) == 0) && utf8.Valid(text) && bytes.IndexByte(text, 0) < 0 {
@@ -137,23 +137,6 @@ func (t *tools) read(ctx context.Context, req *registry.Request) (any, error) {
 		res.NextOffset = &next
 	}
 	return res, nil
-}
-
-// trimPartialRune drops an incomplete UTF-8 sequence at the end of b.
-func trimPartialRune(b []byte) []byte {
-	for i := 1; i <= utf8.UTFMax-1 && i <= len(b); i++ {
-		c := b[len(b)-i]
-		if c < utf8.RuneSelf {
-			return b
-		}
-		if utf8.RuneStart(c) {
-			if !utf8.FullRune(b[len(b)-i:]) {
-				return b[:len(b)-i]
-			}
-			return b
-		}
-	}
-	return b
 }
 
 // fitText returns the longest prefix of valid UTF-8 text whose JSON string

@@ -24,6 +24,16 @@ const (
 	maxMatchText = 240
 	// sniffBytes is how much of a file decides whether it is binary.
 	sniffBytes = 8 << 10
+	// matchSteps bounds the work of one uninterruptible regexp match: RE2
+	// takes time proportional to the bytes searched times the size of the
+	// compiled pattern, so a complex pattern searches a long line in
+	// smaller pieces, and the context is checked between them. About 0.1 s
+	// on one core for the worst (Unicode classes).
+	matchSteps = 4 << 20
+	// minPiece is the least piece; maxPatternInsts keeps pieces at least
+	// this long by refusing patterns that compile larger.
+	minPiece        = 1 << 10
+	maxPatternInsts = matchSteps / minPiece
 )
 
 type searchArgs struct {
@@ -55,7 +65,7 @@ type searchResult struct {
 
 func (t *tools) searchTool() *registry.Tool {
 	desc := fmt.Sprintf(`Search the contents of workspace files for a regular expression (Go RE2 syntax: no look-around or back-references; use ignoreCase or "(?i)" for case-insensitive matching) and return the matching lines as {path, line, column, text}, in path order. %s
-Searches the files under path (default the whole workspace), optionally only those matching glob; binary files and symbolic links are skipped. Returns at most %d matches and reads at most %d bytes of content; lines longer than %d bytes are shown cut around the match. truncated and reason say when a limit ended the search — then narrow it with a deeper path, a glob or a more specific pattern.`,
+Searches the files under path (default the whole workspace), optionally only those matching glob; binary files and symbolic links are skipped. Returns at most %d matches and reads at most %d bytes of content; lines longer than %d bytes are shown cut around the match. A line longer than 64 KiB (or, for a very complex pattern, a smaller piece) is searched in pieces, and a match across two pieces is not found. truncated and reason say when a limit ended the search — then narrow it with a deeper path, a glob or a more specific pattern.`,
 		pathRules, t.o.MaxSearchMatches, t.o.MaxSearchBytes, maxMatchText)
 	schema := fmt.Sprintf(`{
   "type": "object",
@@ -91,6 +101,12 @@ func (t *tools) search(ctx context.Context, req *registry.Request) (any, error) 
 			Message:    fmt.Sprintf("pattern %s is not a valid regular expression: %v", quoteShort(a.Pattern), unwrapRegexp(err)),
 			Suggestion: `Use Go RE2 syntax: no look-around or back-references; escape special characters such as ( [ . * + ? with a backslash.`}
 	}
+	insts := programSize(expr)
+	if insts > maxPatternInsts {
+		return nil, &registry.Error{Code: registry.CodeInvalidArguments,
+			Message:    fmt.Sprintf("pattern %s compiles to %d instructions; the limit is %d", quoteShort(a.Pattern), insts, maxPatternInsts),
+			Suggestion: "Use smaller repetition counts (x{1000} repeats x a thousand times) or a simpler pattern."}
+	}
 	glob, ok := newGlob(a.Glob)
 	if !ok {
 		return nil, &registry.Error{Code: registry.CodeInvalidArguments,
@@ -104,6 +120,8 @@ func (t *tools) search(ctx context.Context, req *registry.Request) (any, error) 
 		maxMatch: t.o.MaxSearchMatches,
 		left:     t.o.MaxSearchBytes,
 		budget:   outputBudget(req, 0),
+		piece:    max(minPiece, min(maxLineBytes, matchSteps/max(insts, 1))),
+		insts:    max(insts, 1),
 	}
 	if a.MaxMatches > 0 && a.MaxMatches < s.maxMatch {
 		s.maxMatch = a.MaxMatches
@@ -162,6 +180,10 @@ type searcher struct {
 	budget   int   // output bytes still allowed; -1 is unbounded
 	used     int
 	br       *bufio.Reader // reused from file to file
+	// piece is the most bytes one match looks at (see matchSteps); work
+	// is the matching done since the context was last checked, in
+	// bytes times insts, the size of the compiled pattern.
+	piece, work, insts int
 }
 
 func (s *searcher) stop(reason string) error {
@@ -211,11 +233,15 @@ func (s *searcher) file(rel string) error {
 				line++
 			}
 			text := bytes.TrimRight(chunk, "\r\n")
-			if loc := s.re.FindIndex(text); loc != nil {
+			at, err := s.find(text)
+			if err != nil {
+				return err
+			}
+			if at >= 0 {
 				if len(s.res.Matches) >= s.maxMatch {
 					return s.stop(fmt.Sprintf("more than %d matches; use a more specific pattern, path or glob", s.maxMatch))
 				}
-				m := Match{Path: rel, Line: line, Column: loc[0] + 1, Text: excerpt(text, loc[0])}
+				m := Match{Path: rel, Line: line, Column: at + 1, Text: excerpt(text, at)}
 				if s.budget >= 0 {
 					s.used += jsonLen(m) + 1
 					if s.used > s.budget {
@@ -244,6 +270,46 @@ func (s *searcher) file(rel string) error {
 		}
 	}
 	return nil
+}
+
+// find returns the offset of the first match in text, or -1, searching
+// text in pieces of at most s.piece bytes (cut at character boundaries)
+// and checking the context between pieces.
+func (s *searcher) find(text []byte) (int, error) {
+	for off := 0; ; {
+		if s.work >= matchSteps {
+			if err := s.ctx.Err(); err != nil {
+				return -1, err
+			}
+			s.work = 0
+		}
+		end := min(len(text), off+s.piece)
+		s.work += (end - off + 1) * s.insts
+		for end < len(text) && end > off+1 && !utf8.RuneStart(text[end]) {
+			end--
+		}
+		if loc := s.re.FindIndex(text[off:end]); loc != nil {
+			return off + loc[0], nil
+		}
+		if end >= len(text) {
+			return -1, nil
+		}
+		off = end
+	}
+}
+
+// programSize is the number of instructions expr compiles to, the factor
+// by which RE2's matching time grows with the input.
+func programSize(expr string) int {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return 0
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return 0
+	}
+	return len(prog.Inst)
 }
 
 // excerpt returns up to maxMatchText bytes of line, as valid UTF-8, that

@@ -14,6 +14,8 @@ import (
 	htmltomarkdown "github.com/JohannesKaufmann/html-to-markdown/v2"
 	"github.com/JohannesKaufmann/html-to-markdown/v2/converter"
 	"golang.org/x/net/html/charset"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
 // output is the result of http__get and http__post.
@@ -23,12 +25,15 @@ type output struct {
 	ContentType string            `json:"contentType"`
 	// Format says what Body holds: markdown, text, json (a parsed value)
 	// or base64.
-	Format    string `json:"format"`
-	Body      any    `json:"body"`
-	Bytes     int    `json:"bytes"`
-	Truncated bool   `json:"truncated"`
-	FinalURL  string `json:"finalUrl"`
-	Note      string `json:"note,omitempty"`
+	Format string `json:"format"`
+	Body   any    `json:"body"`
+	Bytes  int    `json:"bytes"`
+	// TotalBytes is the size of the whole body when it was cut (at least
+	// that much when counting it stopped at its own bound).
+	TotalBytes int64  `json:"totalBytes,omitempty"`
+	Truncated  bool   `json:"truncated"`
+	FinalURL   string `json:"finalUrl"`
+	Note       string `json:"note,omitempty"`
 }
 
 func (o *output) addNote(s string) {
@@ -60,7 +65,7 @@ func safeHeaders(h http.Header) map[string]string {
 		}
 		v := strings.ToValidUTF8(strings.Join(vs, ", "), "\uFFFD")
 		if len(v) > maxHeaderValue {
-			v = string(trimPartialRune([]byte(v[:maxHeaderValue]))) + "…"
+			v = string(registry.TrimPartialRune([]byte(v[:maxHeaderValue]))) + "…"
 		}
 		out[strings.ToLower(k)] = v
 	}
@@ -123,7 +128,7 @@ func render(ctx context.Context, out *output, data []byte, contentEncoding, form
 	}
 	kind := classify(out.ContentType, data)
 	if format == "raw" {
-		if d := trimPartialRune(data); utf8.Valid(d) {
+		if d := registry.TrimPartialRune(data); utf8.Valid(d) {
 			out.Format, out.Body = "text", string(d)
 			return
 		}
@@ -174,7 +179,7 @@ func setBase64(out *output, data []byte) {
 // from the charset an HTML <meta> tag names, or else windows-1252, as
 // browsers do.
 func decodeText(data []byte, contentType string) string {
-	data = trimPartialRune(data)
+	data = registry.TrimPartialRune(data)
 	_, params, _ := mime.ParseMediaType(contentType)
 	if params["charset"] == "" && utf8.Valid(data) {
 		return string(data)
@@ -186,19 +191,6 @@ func decodeText(data []byte, contentType string) string {
 		}
 	}
 	return strings.ToValidUTF8(string(data), "\uFFFD")
-}
-
-// trimPartialRune drops an incomplete UTF-8 sequence a cut left at the end.
-func trimPartialRune(b []byte) []byte {
-	for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
-		if c := b[len(b)-i]; utf8.RuneStart(c) {
-			if !utf8.FullRune(b[len(b)-i:]) {
-				return b[:len(b)-i]
-			}
-			return b
-		}
-	}
-	return b
 }
 
 // fit cuts the body so the marshalled output stays within limit bytes, so

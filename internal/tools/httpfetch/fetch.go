@@ -162,6 +162,22 @@ func refusedError(r *refusal) *registry.Error {
 		"Fetch only public http(s) URLs by host name or public IP address. Do not retry this URL in another spelling; if it must be reachable, ask the operator to allow it.")
 }
 
+// countBound bounds how much of a cut body is read to count (and keep) it.
+const countBound = 256 << 20
+
+// readRest reads the rest of a body cut at limit (read holds what was
+// read, limit+1 bytes) to count it, within the call's deadline and
+// countBound, spilling it all when the service keeps cut outputs. It
+// returns the body's size and the note that says so.
+func readRest(ctx context.Context, req *registry.Request, read []byte, body io.Reader, limit int64) (int64, string) {
+	total, exact, spill := req.CountRest(ctx, "body", read, body, countBound)
+	marker := registry.CutMarker(total-limit, total, req.CallID, "body", limit, spill)
+	if !exact {
+		marker = fmt.Sprintf("[the body is at least %d bytes; counting stopped there] ", total) + marker
+	}
+	return total, fmt.Sprintf("body cut at maxBytes=%d %s", limit, marker)
+}
+
 func (f *fetcher) run(ctx context.Context, method string, req *registry.Request) (any, error) {
 	var a args
 	if err := req.Bind(&a); err != nil {
@@ -243,9 +259,10 @@ func (f *fetcher) run(ctx context.Context, method string, req *registry.Request)
 	}
 	data := buf.Bytes()
 	if int64(len(data)) > limit {
+		out.TotalBytes, out.Note = readRest(ctx, req, data, resp.Body, limit)
 		data = data[:limit]
 		out.Truncated = true
-		out.addNote(fmt.Sprintf("body cut at maxBytes=%d", limit))
+		req.ReportTruncated(out.TotalBytes)
 	}
 	if rerr != nil {
 		out.Truncated = true

@@ -356,6 +356,10 @@ func TestLargeBodyWithoutLengthIsBounded(t *testing.T) {
 	if !strings.Contains(out.Note, "maxBytes") {
 		t.Errorf("note %q does not explain the cut", out.Note)
 	}
+	// The whole body is counted, and the marker says what was omitted.
+	if want := fmt.Sprintf("[output truncated: %d bytes total, %d omitted", total, total-limit); out.TotalBytes != total || !strings.Contains(out.Note, want) {
+		t.Errorf("totalBytes %d, note %q; want %d and %q", out.TotalBytes, out.Note, total, want)
+	}
 	if alloc > 4<<20 {
 		t.Errorf("allocated %d bytes reading a %d-byte body with maxBytes %d; the body is not bounded", alloc, total, limit)
 	}

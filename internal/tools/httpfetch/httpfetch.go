@@ -28,6 +28,7 @@ package httpfetch
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -176,6 +177,11 @@ func (f *fetcher) tool(method string) *registry.Tool {
 		MaxOutputBytes: f.o.MaxOutputBytes,
 		Tags:           []string{"http", "network"},
 		Parameters:     f.schema(method),
+		OutputSchema: json.RawMessage(`{"type": "object", "required": ["status", "headers", "contentType", "format", "body", "bytes", "truncated", "finalUrl"],
+  "properties": {"status": {"type": "integer"}, "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+    "contentType": {"type": "string"}, "format": {"type": "string", "enum": ["markdown", "text", "json", "base64"]},
+    "body": {"description": "The body: a string, or the parsed value when format is json."},
+    "bytes": {"type": "integer"}, "truncated": {"type": "boolean"}, "finalUrl": {"type": "string"}, "note": {"type": "string"}}}`),
 	}
 	common := fmt.Sprintf("Only public internet addresses over http or https are reachable: "+
 		"loopback, private, link-local and cloud metadata addresses are refused, and so are hosts the operator has not allowed. "+

@@ -24,9 +24,12 @@ func Tools() []*registry.Tool {
 				"e.g. program `.items[] | select(.price > 10) | .name`. Pass the data as `input` (any JSON value) " +
 				"or as `inputText` (a string holding JSON). Standard jq syntax; no file, network or environment access. " +
 				"Returns {\"results\": [...], \"count\": n}.",
-			Tier:        registry.ReadOnly,
-			Tags:        []string{"json", "data"},
-			Parameters:  json.RawMessage(schema),
+			Tier:       registry.ReadOnly,
+			Tags:       []string{"json", "data"},
+			Parameters: json.RawMessage(schema),
+			OutputSchema: json.RawMessage(`{"type": "object", "required": ["results", "count"],
+  "properties": {"results": {"type": "array", "description": "Every value the program produced, in order."},
+    "count": {"type": "integer"}, "stopped": {"type": "string", "description": "Why the results stop early (maxResults)."}}}`),
 			Annotations: &registry.Annotations{Title: "Query JSON with jq", ReadOnlyHint: &t, IdempotentHint: &t, OpenWorldHint: &f},
 		},
 		Handler: registry.Func(run),

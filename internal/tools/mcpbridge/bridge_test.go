@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -459,5 +460,90 @@ func TestDecodeErrors(t *testing.T) {
 		if _, err := f.decode(tc.doc); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "mcp.yaml") {
 			t.Errorf("%q: got %v, want %q", tc.doc, err, tc.want)
 		}
+	}
+}
+
+type forecastArgs struct {
+	City   string `json:"city"`
+	Broken bool   `json:"broken,omitempty"`
+}
+
+// addOutputSchemaTools gives srv tools that declare output schemas: one
+// whose structured content breaks its schema when asked to, one whose
+// schema is not an object (MCP allows that since 2026-07-28; toolsvc
+// imports the tool without it).
+func addOutputSchemaTools(srv *mcp.Server) {
+	srv.AddTool(&mcp.Tool{Name: "forecast", Description: "Tomorrow's forecast.",
+		InputSchema:  json.RawMessage(`{"type":"object","required":["city"],"properties":{"city":{"type":"string"},"broken":{"type":"boolean"}}}`),
+		OutputSchema: json.RawMessage(`{"type":"object","required":["city","celsius"],"properties":{"city":{"type":"string"},"celsius":{"type":"number"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in forecastArgs
+			if err := json.Unmarshal(req.Params.Arguments, &in); err != nil {
+				return nil, err
+			}
+			out := map[string]any{"city": in.City, "celsius": 21.5}
+			if in.Broken {
+				out["celsius"] = "warm" // not a number: the server is faulty
+			}
+			b, _ := json.Marshal(out)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}, StructuredContent: out}, nil
+		})
+	srv.AddTool(&mcp.Tool{Name: "sizes", Description: "A list of sizes.",
+		InputSchema:  json.RawMessage(`{"type":"object"}`),
+		OutputSchema: json.RawMessage(`{"type":"array","items":{"type":"integer"}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "[1,2]"}}, StructuredContent: []int{1, 2}}, nil
+		})
+}
+
+// TestOutputSchemas: a bridged tool takes its server's outputSchema,
+// compiled like every custom tool's; its structured content is its
+// output, checked against the schema: a mismatch is E_TOOL naming the
+// tool as faulty. A schema toolsvc cannot use is left out, the tool kept.
+func TestOutputSchemas(t *testing.T) {
+	h := newHTTPServer(t, "127.0.0.1:0")
+	addOutputSchemaTools(h.srv)
+	f := newFixture(t)
+	f.env["MCP_TOKEN"] = "Bearer mcp-secret"
+	set := f.m.Ensure(context.Background(), []*Server{f.server(httpDoc("remote", h.url()))})
+	byName := map[string]*registry.Tool{}
+	for _, tl := range f.m.Tools(set) {
+		byName[tl.Name] = tl
+	}
+	forecast, sizes := byName["remote__forecast"], byName["remote__sizes"]
+	if forecast == nil || sizes == nil {
+		t.Fatalf("tools: %v", slices.Collect(maps.Keys(byName)))
+	}
+	var schema struct {
+		Required []string `json:"required"`
+	}
+	if err := json.Unmarshal(forecast.OutputSchema, &schema); err != nil || !slices.Equal(schema.Required, []string{"city", "celsius"}) {
+		t.Errorf("forecast outputSchema: %s %v", forecast.OutputSchema, err)
+	}
+	if len(sizes.OutputSchema) != 0 {
+		t.Errorf("sizes kept an output schema toolsvc cannot serve: %s", sizes.OutputSchema)
+	}
+	// The SDK infers add's schema from its Go output type.
+	if add := byName["remote__add"]; add == nil || !strings.Contains(string(add.OutputSchema), `"sum"`) {
+		t.Errorf("add: no output schema from the server")
+	}
+
+	e := f.executor(set)
+	ctx := context.Background()
+	res := execute(t, e, ctx, "remote__forecast", `{"city": "Oslo"}`)
+	if res.Status != registry.StatusOK || string(res.Output) != `{"celsius":21.5,"city":"Oslo"}` {
+		t.Errorf("forecast: %s %+v", res.Output, res.Error)
+	}
+	registered, _ := e.Registry().Lookup("remote__forecast")
+	if registered == nil || !registered.HasOutputSchema() {
+		t.Fatal("forecast has no compiled output schema")
+	}
+	res = execute(t, e, ctx, "remote__forecast", `{"city": "Oslo", "broken": true}`)
+	if res.Code() != registry.CodeTool || res.Error.Name != "remote__forecast" ||
+		!strings.Contains(res.Error.Message, "the tool remote__forecast is faulty") || !strings.Contains(res.Error.Message, "/celsius") {
+		t.Errorf("mismatch: %s %+v", res.Output, res.Error)
+	}
+	if res := execute(t, e, ctx, "remote__sizes", `{}`); res.Status != registry.StatusOK || string(res.Output) != `[1,2]` {
+		t.Errorf("sizes: %s %+v", res.Output, res.Error)
 	}
 }

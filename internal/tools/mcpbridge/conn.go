@@ -84,13 +84,18 @@ func (c *conn) run() {
 	backoff := c.m.o.MinBackoff
 	for c.ctx.Err() == nil {
 		cs, cleanup, err := c.connect()
-		c.markFirst()
 		if err == nil {
+			c.markFirst()
 			backoff = c.m.o.MinBackoff
 			c.serve(cs, cleanup)
-		} else if c.ctx.Err() == nil {
-			c.setDown(err)
-			c.m.log.Warn("mcp: server not reachable; retrying", "server", c.srv.name, "endpoint", c.srv.describe(), "error", err, "retryIn", backoff.String())
+		} else {
+			if c.ctx.Err() == nil {
+				err = redactedError(err)
+				c.setDown(err)
+				c.m.log.Warn("mcp: server not reachable; retrying", "server", c.srv.name, "endpoint", c.srv.describe(), "error", err, "retryIn", backoff.String())
+			}
+			// Only now: Ensure, woken by the first attempt, reads its state.
+			c.markFirst()
 		}
 		// Full jitter around the backoff keeps many servers from
 		// reconnecting in step.
@@ -254,6 +259,15 @@ func (c *conn) setUp(cs *mcp.ClientSession, tools []*mcp.Tool) {
 	}
 }
 
+// redactedError is err with the URLs in its text redacted (an HTTP
+// server's URL may carry a key in its query), for status and logs.
+func redactedError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errors.New(registry.RedactURLs(err.Error()))
+}
+
 func (c *conn) setDown(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -275,6 +289,7 @@ func (c *conn) lost(cs *mcp.ClientSession, err error) {
 	}
 	c.mu.Unlock()
 	if c.ctx.Err() == nil {
+		err = redactedError(err)
 		c.m.log.Warn("mcp: connection lost; reconnecting", "server", c.srv.name, "error", err)
 		c.setDown(fmt.Errorf("connection lost: %w", err))
 	}
@@ -354,7 +369,7 @@ func (c *conn) call(ctx context.Context, remote string, req *registry.Request) (
 		if !errors.As(err, &rpc) {
 			poke(c.broken) // not an answer from the server: check the connection
 		}
-		return nil, &registry.Error{Code: registry.CodeTool, Message: fmt.Sprintf("MCP server %s: %v", c.srv.name, err)}
+		return nil, &registry.Error{Code: registry.CodeTool, Message: registry.RedactURLs(fmt.Sprintf("MCP server %s: %v", c.srv.name, err))}
 	}
 	return resultOutput(res)
 }

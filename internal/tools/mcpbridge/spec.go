@@ -117,7 +117,7 @@ func Decode(r *config.Resource, lookup config.LookupEnv) (*Server, error) {
 	if r.Kind != config.KindMCPServer {
 		return nil, r.Errorf("is not an %s resource", config.KindMCPServer)
 	}
-	if err := registry.ValidateNamePart(r.Metadata.Name); err != nil {
+	if err := registry.ValidateResourceName(r.Metadata.Name); err != nil {
 		return nil, r.Errorf("metadata.name %v", err)
 	}
 	var spec Spec
@@ -155,7 +155,7 @@ func Decode(r *config.Resource, lookup config.LookupEnv) (*Server, error) {
 	case spec.HTTP != nil:
 		u, err := url.Parse(spec.HTTP.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, r.Errorf("http.url %q must be an absolute http or https URL", spec.HTTP.URL)
+			return nil, r.Errorf("http.url %q must be an absolute http or https URL", registry.RedactURL(spec.HTTP.URL))
 		}
 		s.url = spec.HTTP.URL
 		s.headers = map[string]string{}
@@ -219,11 +219,7 @@ func (s *Server) transport() string {
 // information, no arguments), for logs.
 func (s *Server) describe() string {
 	if s.url != "" {
-		u, err := url.Parse(s.url)
-		if err != nil {
-			return "http"
-		}
-		return u.Scheme + "://" + u.Host + u.Path
+		return registry.RedactURL(s.url)
 	}
 	return s.command
 }

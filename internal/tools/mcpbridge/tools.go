@@ -39,10 +39,19 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 			tool.Handler = registry.Func(func(ctx context.Context, req *registry.Request) (any, error) {
 				return c.call(ctx, remote, req)
 			})
-			// What the registry would refuse must not break the whole
-			// registry: try this tool alone (on a copy, which it changes).
-			probe := *tool
-			_, err = registry.New(registry.Defaults{}, &probe)
+			err = probe(tool)
+			if err != nil && len(tool.OutputSchema) > 0 {
+				// An output schema toolsvc cannot use (not a valid
+				// schema, or a root other than an object, which MCP
+				// allows since 2026-07-28) costs the tool its output
+				// check, not its place in the catalog.
+				out := tool.OutputSchema
+				tool.OutputSchema = nil
+				if probe(tool) == nil {
+					c.m.log.Warn("mcp: output schema left out; the tool's outputs are not checked", "server", s.name, "tool", t.Name, "error", err, "outputSchema", string(out))
+					err = nil
+				}
+			}
 		}
 		if err != nil {
 			c.m.log.Warn("mcp: tool left out", "server", s.name, "tool", t.Name, "error", err)
@@ -51,6 +60,16 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 		out = append(out, tool)
 	}
 	return out
+}
+
+// probe reports what the registry would refuse of tool, which must not
+// break the whole registry: it tries the tool alone (on a copy, which
+// registration changes). Its parameters and output schemas are compiled
+// as every custom tool's are.
+func probe(tool *registry.Tool) error {
+	p := *tool
+	_, err := registry.New(registry.Defaults{}, &p)
+	return err
 }
 
 func included(s *Spec, name string) bool {
@@ -71,6 +90,17 @@ func definition(s *Server, t *mcp.Tool, export string) (*registry.Tool, error) {
 		}
 		params = b
 	}
+	// The server's outputSchema, when it declares one, is the tool's:
+	// the executor checks every structured output against it (a mismatch
+	// is E_TOOL naming the tool as faulty) and /mcp serves it.
+	var output json.RawMessage
+	if t.OutputSchema != nil {
+		b, err := json.Marshal(t.OutputSchema)
+		if err != nil {
+			return nil, fmt.Errorf("output schema: %w", err)
+		}
+		output = b
+	}
 	desc := strings.TrimSpace(t.Description)
 	if desc == "" {
 		desc = strings.TrimSpace(t.Title)
@@ -82,6 +112,7 @@ func definition(s *Server, t *mcp.Tool, export string) (*registry.Tool, error) {
 		Name:              registry.JoinName(s.name, export),
 		Description:       desc,
 		Parameters:        params,
+		OutputSchema:      output,
 		Tier:              tier(s, t),
 		Timeout:           orDefault(over.Timeout, s.spec.Timeout),
 		MaxOutputBytes:    orDefault(over.MaxOutputBytes, s.spec.MaxOutputBytes),

@@ -66,8 +66,9 @@ func Tools(o Options) ([]*registry.Tool, *Binder) {
 				"A step cannot use another step's output, so put only independent calls in one plan. " +
 				"Each step is checked and run exactly as if you had called its tool directly, and one failed step does not stop the others. " +
 				"A plan cannot contain " + Name + ". " +
-				"Returns [{\"step\": n, \"tool\": name, \"status\": \"ok\"|\"error\"|\"pending_approval\", \"output\"|\"error\": ...}] in step order.",
+				"Returns {\"ok\": n, \"failed\": n, \"pendingApproval\": n, \"steps\": [{\"step\": n, \"tool\": name, \"status\": \"ok\"|\"error\"|\"pending_approval\", \"output\"|\"error\": ...}]}, the steps in order.",
 			Parameters:     json.RawMessage(schema),
+			OutputSchema:   json.RawMessage(outputSchema),
 			Tier:           registry.SideEffecting,
 			Timeout:        o.Timeout,
 			MaxOutputBytes: o.MaxOutputBytes,
@@ -104,6 +105,61 @@ var schema = `{
     }
   }
 }`
+
+// outputSchema describes Output. A step's output is whatever its tool
+// returned (any JSON); its error is a ToolCallResult's error.
+const outputSchema = `{
+  "type": "object",
+  "required": ["ok", "failed", "pendingApproval", "steps"],
+  "properties": {
+    "ok": {"type": "integer", "minimum": 0, "description": "How many steps succeeded."},
+    "failed": {"type": "integer", "minimum": 0, "description": "How many steps failed (status error)."},
+    "pendingApproval": {"type": "integer", "minimum": 0, "description": "How many steps wait for a human's approval and have not run."},
+    "steps": {
+      "type": "array",
+      "description": "One result per step, in step order.",
+      "items": {
+        "type": "object",
+        "required": ["step", "tool", "status"],
+        "properties": {
+          "step": {"type": "integer", "minimum": 1, "description": "The step's position, from 1."},
+          "tool": {"type": "string"},
+          "status": {"type": "string", "enum": ["ok", "error", "pending_approval"]},
+          "output": {"description": "The step's output, as its tool returned it."},
+          "truncated": {"type": "boolean"},
+          "originalBytes": {"type": "integer", "minimum": 0},
+          "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+              "code": {"type": "string"},
+              "message": {"type": "string"},
+              "name": {"type": "string"},
+              "suggestion": {"type": "string"},
+              "helpUrl": {"type": "string"},
+              "details": {"type": "array", "items": {"type": "object", "required": ["message"], "properties": {"path": {"type": "string"}, "message": {"type": "string"}}}}
+            }
+          },
+          "approval": {
+            "type": "object",
+            "required": ["id", "expiresAt", "argumentsDigest"],
+            "properties": {"id": {"type": "string"}, "expiresAt": {"type": "string", "format": "date-time"}, "argumentsDigest": {"type": "string"}}
+          }
+        }
+      }
+    }
+  }
+}`
+
+// Output is what plan__execute returns: how the steps went, counted
+// first so that a model reading a long plan's output (or its cut head)
+// sees the outcome at once, then every step's result in step order.
+type Output struct {
+	OK              int          `json:"ok"`
+	Failed          int          `json:"failed"`
+	PendingApproval int          `json:"pendingApproval"`
+	Steps           []StepResult `json:"steps"`
+}
 
 type step struct {
 	Tool      string          `json:"tool"`
@@ -161,10 +217,18 @@ func (b *Binder) run(ctx context.Context, req *registry.Request, o registry.Batc
 	if err != nil {
 		return nil, err
 	}
-	out := make([]StepResult, len(results))
+	out := &Output{Steps: make([]StepResult, len(results))}
 	for i, res := range results {
-		out[i] = StepResult{Step: i + 1, Tool: res.ToolName, Status: res.Status, Output: res.Output,
+		out.Steps[i] = StepResult{Step: i + 1, Tool: res.ToolName, Status: res.Status, Output: res.Output,
 			Truncated: res.Truncated, OriginalBytes: res.OriginalBytes, Error: res.Error, Approval: res.Approval}
+		switch res.Status {
+		case registry.StatusOK:
+			out.OK++
+		case registry.StatusPendingApproval:
+			out.PendingApproval++
+		default:
+			out.Failed++
+		}
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/tools/jsonq"
@@ -59,13 +62,43 @@ func (env *testEnv) plan(t *testing.T, caller *registry.Caller, call *registry.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	var steps []StepResult
-	if res.Status == registry.StatusOK {
-		if err := json.Unmarshal(res.Output, &steps); err != nil {
-			t.Fatalf("plan output is not a list of steps: %v: %s", err, res.Output)
-		}
+	if res.Status != registry.StatusOK {
+		return res, nil
 	}
-	return res, steps
+	// Every output matches the declared output schema, and its counts
+	// are those of its steps.
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(res.Output))
+	if err != nil {
+		t.Fatalf("plan output is not JSON: %v: %s", err, res.Output)
+	}
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	schemaDoc, err := jsonschema.UnmarshalJSON(strings.NewReader(outputSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddResource("mem:///plan.output.json", schemaDoc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("mem:///plan.output.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sch.Validate(doc); err != nil {
+		t.Errorf("plan output does not match its output schema: %v: %s", err, res.Output)
+	}
+	var out Output
+	if err := json.Unmarshal(res.Output, &out); err != nil {
+		t.Fatalf("plan output: %v: %s", err, res.Output)
+	}
+	counts := map[registry.Status]int{}
+	for _, s := range out.Steps {
+		counts[s.Status]++
+	}
+	if out.OK != counts[registry.StatusOK] || out.Failed != counts[registry.StatusError] || out.PendingApproval != counts[registry.StatusPendingApproval] {
+		t.Errorf("plan counts %d/%d/%d, steps %v", out.OK, out.Failed, out.PendingApproval, counts)
+	}
+	return res, out.Steps
 }
 
 func TestPlanRunsEveryStep(t *testing.T) {
@@ -107,6 +140,9 @@ func TestPlanRunsEveryStep(t *testing.T) {
 		if s.Step != i+1 || s.Tool != w.tool || s.Status != w.status || code != w.code || (w.output != "" && string(s.Output) != w.output) {
 			t.Errorf("step %d: %+v (output %s), want %+v", i+1, s, s.Output, w)
 		}
+	}
+	if !strings.HasPrefix(string(res.Output), `{"ok":3,"failed":3,"pendingApproval":0,"steps":[`) {
+		t.Errorf("the counts do not come first: %.80s", res.Output)
 	}
 	if strings.Join(env.log, ";") != "write by anonymous in conv-1" {
 		t.Errorf("side effects: %v", env.log)

@@ -7,8 +7,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
+	"time"
 
 	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/interp"
@@ -78,15 +82,7 @@ func (c *call) execMiddleware(interp.ExecHandlerFunc) interp.ExecHandlerFunc {
 			}
 			stdout = subst
 		}
-		res, err := c.sb.Run(ctx, sandbox.Spec{
-			Args:      args,
-			Workspace: c.dir,
-			Dir:       hc.Dir,
-			Env:       c.childEnv(hc.Env),
-			Stdin:     hc.Stdin,
-			Stdout:    stdout,
-			Stderr:    stderr,
-		})
+		code, err := c.start(ctx, hc, args, stdout, stderr)
 		if subst != nil && subst.over {
 			return c.refuse(substTooLarge())
 		}
@@ -94,16 +90,49 @@ func (c *call) execMiddleware(interp.ExecHandlerFunc) interp.ExecHandlerFunc {
 		case errors.Is(err, sandbox.ErrNotFound):
 			fmt.Fprintf(hc.Stderr, "%s: command not found\n", args[0])
 			return interp.ExitStatus(127)
-		case errors.Is(err, sandbox.ErrSetup):
-			c.log.Error("shell: sandbox set-up failed", "program", args[0], "error", err)
-			return c.refuse(&refusal{msg: fmt.Sprintf("%s could not be started in the sandbox: %v", args[0], err), suggestion: "This is a problem of the service, not of the command; do not retry."})
+		case ctx.Err() != nil:
+			return ctx.Err() // stop the interpreter
 		case err != nil:
-			return err // context ended: stop the interpreter
-		case res.ExitCode != 0:
-			return interp.ExitStatus(uint8(min(res.ExitCode, 255)))
+			return c.refuse(&refusal{msg: fmt.Sprintf("%s could not be started in the sandbox: %v", args[0], err), suggestion: "This is a problem of the service, not of the command; do not retry."})
+		case code != 0:
+			return interp.ExitStatus(uint8(min(code, 255)))
 		}
 		return nil
 	}
+}
+
+// start runs one allowed program from the interpreter's process, which is
+// already confined: the program inherits its Landlock domain, rlimits and
+// process group (which the parent kills as a whole), and starts in the
+// interpreter's working directory, named relative to the workspace the
+// process is in.
+func (c *call) start(ctx context.Context, hc interp.HandlerContext, args []string, stdout, stderr io.Writer) (int, error) {
+	path, err := sandbox.LookPath(args[0])
+	if err != nil {
+		return 0, err
+	}
+	rel, ok := c.inside(hc.Dir, hc.Dir)
+	if !ok {
+		return 0, fmt.Errorf("the working directory %s is outside the workspace", hc.Dir)
+	}
+	cmd := exec.CommandContext(ctx, path)
+	cmd.Args = args
+	cmd.Dir = rel
+	cmd.Env = append(slices.Clone(c.env), append(c.childEnv(hc.Env), "PWD="+hc.Dir)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = hc.Stdin, stdout, stderr
+	cmd.WaitDelay = time.Second
+	err = cmd.Run()
+	var exitErr *exec.ExitError
+	switch {
+	case errors.As(err, &exitErr):
+		if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return exitErr.ExitCode(), nil
+	case errors.Is(err, exec.ErrWaitDelay):
+		return 0, nil
+	}
+	return 0, err
 }
 
 // substWriter bounds what a program writes into a $(...) capture.

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,12 +21,11 @@ import (
 	"sync"
 	"time"
 
-	"mvdan.cc/sh/v3/expand"
-	"mvdan.cc/sh/v3/interp"
 	"mvdan.cc/sh/v3/syntax"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/sandbox"
+	"github.com/toolsvc/toolsvc/internal/tools/stream"
 	"github.com/toolsvc/toolsvc/internal/tools/workspace"
 )
 
@@ -41,6 +41,9 @@ const (
 	maxVariableBytes = 16 << 20
 	maxCommandBytes  = 16 << 10
 	maxStdinBytes    = 1 << 20
+	// DefaultMemoryLimit is the interpreter's memory ceiling when
+	// Options.MemoryLimit is 0.
+	DefaultMemoryLimit = 512 << 20
 )
 
 // DefaultAllow returns the conservative default allowlist: programs that
@@ -81,6 +84,10 @@ type Options struct {
 	// Timeout is the tool's timeout (and the largest timeoutMs a call may
 	// ask for); 0 leaves the registry default.
 	Timeout time.Duration
+	// MemoryLimit is the memory ceiling (RLIMIT_DATA) of the process that
+	// interprets the command line, which the programs it starts inherit;
+	// 0 is DefaultMemoryLimit.
+	MemoryLimit uint64
 	// Logger may be nil.
 	Logger *slog.Logger
 }
@@ -91,6 +98,9 @@ type Options struct {
 func Tools(o Options) ([]*registry.Tool, error) {
 	if o.Workspace == nil || o.Sandbox == nil {
 		return nil, errors.New("shell: Workspace and Sandbox are required")
+	}
+	if err := o.Sandbox.Usable(); err != nil {
+		return nil, fmt.Errorf("shell: %w", err)
 	}
 	allow := o.Allow
 	if allow == nil {
@@ -113,6 +123,10 @@ func Tools(o Options) ([]*registry.Tool, error) {
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
+	t.memLimit = o.MemoryLimit
+	if t.memLimit == 0 {
+		t.memLimit = DefaultMemoryLimit
+	}
 	for _, name := range allow {
 		name = strings.TrimSpace(name)
 		if name == "" {
@@ -124,6 +138,21 @@ func Tools(o Options) ([]*registry.Tool, error) {
 		t.allow[name] = true
 	}
 	t.allowList = sortedKeys(t.allow)
+	for _, name := range t.allowList {
+		p, err := sandbox.LookPath(name)
+		if err != nil {
+			continue // not installed: the script gets "command not found"
+		}
+		deps, err := sandbox.ExecDeps(p)
+		if err != nil {
+			return nil, fmt.Errorf("shell: allowed program %s: %w", name, err)
+		}
+		for _, d := range append([]string{p}, deps...) {
+			if !slices.Contains(t.execDeps, d) {
+				t.execDeps = append(t.execDeps, d)
+			}
+		}
+	}
 	for _, name := range o.EnvAllow {
 		if err := sandbox.CheckEnvName(name); err != nil {
 			return nil, fmt.Errorf("shell: environment allowlist: %w", err)
@@ -138,9 +167,12 @@ func Tools(o Options) ([]*registry.Tool, error) {
 		maxTimeout = 10 * time.Minute
 	}
 	def := registry.Definition{
-		Name:           ToolName,
-		Description:    t.description(),
-		Parameters:     t.schema(maxTimeout),
+		Name:        ToolName,
+		Description: t.description(),
+		Parameters:  t.schema(maxTimeout),
+		OutputSchema: json.RawMessage(`{"type": "object", "required": ["exitCode", "stdoutTruncated", "stderrTruncated", "durationMs", "stdout", "stderr"],
+  "properties": {"exitCode": {"type": "integer"}, "stdoutTruncated": {"type": "boolean"}, "stderrTruncated": {"type": "boolean"},
+    "durationMs": {"type": "integer"}, "stdout": {"type": "string"}, "stderr": {"type": "string"}}}`),
 		Tier:           registry.Privileged,
 		Timeout:        o.Timeout,
 		MaxOutputBytes: 2*t.perOut + 1024,
@@ -176,6 +208,10 @@ type tool struct {
 	perOut    int
 	maxProcs  int
 	log       *slog.Logger
+	// execDeps are what the interpreter's process may execute: every
+	// allowed program and its loader or interpreter.
+	execDeps []string
+	memLimit uint64
 }
 
 func (t *tool) description() string {
@@ -193,7 +229,7 @@ func (t *tool) description() string {
 	case st.FSRules:
 		b.WriteString("Programs cannot read files outside the workspace and the system directories, nor write outside the workspace. ")
 	}
-	fmt.Fprintf(&b, "A non-zero exit code is reported in exitCode, not as an error. Each of stdout and stderr is cut after %d bytes (stdoutTruncated/stderrTruncated say so). ", t.perOut)
+	fmt.Fprintf(&b, "A non-zero exit code is reported in exitCode, not as an error. Each of stdout and stderr keeps at most %d bytes, its beginning and its end around a marker that says how much was omitted and how to read the rest (stdoutTruncated/stderrTruncated and stdoutBytes/stderrBytes say so). ", t.perOut)
 	b.WriteString("Background jobs (&) are stopped when the command line finishes; use wait to wait for them.")
 	return b.String()
 }
@@ -250,12 +286,16 @@ type args struct {
 // Output is the tool's result. The stream fields come last, so a cut by
 // the executor's output limit keeps the exit code and flags.
 type Output struct {
-	ExitCode        int    `json:"exitCode"`
-	StdoutTruncated bool   `json:"stdoutTruncated"`
-	StderrTruncated bool   `json:"stderrTruncated"`
-	DurationMs      int64  `json:"durationMs"`
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
+	ExitCode        int   `json:"exitCode"`
+	StdoutTruncated bool  `json:"stdoutTruncated"`
+	StderrTruncated bool  `json:"stderrTruncated"`
+	DurationMs      int64 `json:"durationMs"`
+	// StdoutBytes and StderrBytes count what the command line wrote, kept
+	// or not.
+	StdoutBytes int64  `json:"stdoutBytes"`
+	StderrBytes int64  `json:"stderrBytes"`
+	Stdout      string `json:"stdout"`
+	Stderr      string `json:"stderr"`
 }
 
 func invalid(msg, suggestion string) *registry.Error {
@@ -270,20 +310,25 @@ func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
 	if strings.ContainsRune(a.Command, 0) {
 		return nil, invalid("command contains a NUL byte", "Remove the NUL byte from the command.")
 	}
-	dir, err := t.ws.Dir(req.Context.InstanceKey)
+	var owner workspace.Owner
+	if req.Caller != nil {
+		owner = workspace.OwnerOf(req.Caller.ID, req.Caller.Workspace)
+	}
+	wd, err := t.ws.Open(owner, req.Context.InstanceKey)
+	if errors.Is(err, workspace.ErrLink) {
+		return nil, registry.ToolError("the workspace of this instanceKey cannot be opened: "+err.Error(),
+			"Use another instanceKey; a symbolic link where a workspace directory belongs is never followed.")
+	}
 	if err != nil {
 		return nil, err
 	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	cwd, rerr := resolveCwd(root, dir, a.Cwd)
+	defer wd.Close()
+	dir := wd.Path
+	cwd, rerr := resolveCwd(wd.Root, dir, a.Cwd)
 	if rerr != nil {
 		return nil, rerr
 	}
-	env := []string{"PATH=" + sandbox.DefaultPath, "HOME=" + dir, "LANG=C.UTF-8", "TMPDIR=" + dir}
+	var env []string
 	for _, name := range sortedKeys(keysOf(a.Env)) {
 		if !slices.Contains(t.envAllow, name) {
 			return nil, invalid(fmt.Sprintf("environment variable %s may not be set", name), t.envSuggestion())
@@ -294,11 +339,13 @@ func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
 		env = append(env, name+"="+a.Env[name])
 	}
 
+	// Parsed and checked here too, so what can be refused before anything
+	// runs is refused without starting a process.
 	file, perr := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(a.Command), "")
 	if perr != nil {
 		return nil, invalid("the command is not valid shell syntax: "+perr.Error(), "Fix the syntax; quote arguments that contain special characters.")
 	}
-	c := &call{tool: t, dir: dir, root: root, slots: make(chan struct{}, t.maxProcs)}
+	c := &call{tool: t, dir: dir}
 	if err := c.precheck(file, cwd); err != nil {
 		return nil, invalid(err.msg+"; nothing was run", err.suggestion)
 	}
@@ -308,60 +355,53 @@ func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
 		ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(a.TimeoutMs)*time.Millisecond, errArgTimeout)
 		defer cancel()
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	c.abort = stop
-
 	limit := t.perOut
 	if req.MaxOutputBytes > 0 {
 		limit = max(min(limit, (req.MaxOutputBytes-1024)/2), 256)
 	}
-	stdout, stderr := sandbox.NewCapture(limit), sandbox.NewCapture(limit)
-	c.stdout, c.stderr = stdout, stderr
-
-	var stdin *os.File
-	if a.Stdin != "" {
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			return nil, err
-		}
-		// Closing both ends afterwards ends the writer even if nothing
-		// read the input.
-		defer pr.Close()
-		go func() {
-			defer pw.Close()
-			_, _ = pw.WriteString(a.Stdin)
-		}()
-		stdin = pr
-	}
-
-	runner, err := interp.New(
-		interp.Env(expand.ListEnviron(env...)),
-		interp.Dir(cwd),
-		interp.StdIO(stdin, stdout, stderr),
-		interp.ExecHandlers(c.execMiddleware),
-		interp.CallHandler(c.callHandler),
-		interp.OpenHandler(c.open),
-		interp.StatHandler(c.stat),
-		interp.ReadDirHandler2(c.readDir),
-		interp.AccessHandler(c.access),
-	)
+	stdout, stderr := stream.New(ctx, req, "stdout", limit), stream.New(ctx, req, "stderr", limit)
+	rel, _ := c.inside(dir, cwd)
+	enc, err := json.Marshal(interpConfig{
+		Command: a.Command, Home: dir, Cwd: rel, Allow: t.allowList, EnvAllow: t.envAllow, Env: env, MaxProcs: t.maxProcs,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("shell: %w", err)
+		return nil, err
 	}
-	start := time.Now()
-	runErr := runner.Run(runCtx, file)
-	// Stop background jobs and wait for every program to be gone.
-	stop()
-	c.closeAndWait()
+	wf, err := wd.File()
+	if err != nil {
+		return nil, err
+	}
+	defer wf.Close()
+	var stdin io.Reader
+	if a.Stdin != "" {
+		stdin = strings.NewReader(a.Stdin)
+	}
+	// The interpreter itself runs in the confined child, under the memory
+	// ceiling, and starts the programs from there: whatever the command
+	// line does to the interpreter, it does to that process only.
+	res, runErr := t.sb.Run(ctx, sandbox.Spec{
+		Entry:     InterpreterEntry,
+		Args:      []string{string(enc)},
+		Workspace: dir,
+		WorkDir:   wf,
+		Stdin:     stdin,
+		Stdout:    stdout,
+		Stderr:    stderr,
+		AllowExec: t.execDeps,
+		DataBytes: t.memLimit,
+	})
 	out := Output{
-		DurationMs:      time.Since(start).Milliseconds(),
-		Stdout:          stdout.String(),
-		Stderr:          stderr.String(),
+		DurationMs:      res.Duration.Milliseconds(),
+		Stdout:          stdout.Text(req),
+		Stderr:          stderr.Text(req),
 		StdoutTruncated: stdout.Truncated(),
 		StderrTruncated: stderr.Truncated(),
+		StdoutBytes:     stdout.Total(),
+		StderrBytes:     stderr.Total(),
 	}
-
+	if out.StdoutTruncated || out.StderrTruncated {
+		req.ReportTruncated(out.StdoutBytes + out.StderrBytes)
+	}
 	if err := ctx.Err(); err != nil {
 		if errors.Is(context.Cause(ctx), errArgTimeout) {
 			return nil, &registry.Error{Code: registry.CodeTimeout,
@@ -370,19 +410,43 @@ func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
 		}
 		return nil, err // the executor reports E_TIMEOUT or E_CANCELED
 	}
-	if r := c.firstRefusal(); r != nil {
-		r.Message += "; the command line was stopped there (commands before it may have run)"
-		return nil, r
-	}
 	if runErr != nil {
-		var status interp.ExitStatus
-		if errors.As(runErr, &status) {
-			out.ExitCode = int(status)
-		} else {
-			return nil, registry.ToolError("the command line failed: "+runErr.Error(), "Check the command; stderr so far: "+clip(out.Stderr, 300))
-		}
+		t.log.Error("shell: the interpreter could not be started", "error", runErr)
+		return nil, registry.ToolError("the command line could not be started in the sandbox: "+runErr.Error(),
+			"This is a problem of the service, not of the command; do not retry.")
 	}
+	var rep interpReport
+	if len(res.Report) == 0 || json.Unmarshal(res.Report, &rep) != nil {
+		return nil, t.died(res, out.Stderr)
+	}
+	switch {
+	case rep.Refusal != nil:
+		return nil, registry.ToolError(rep.Refusal.Message+"; the command line was stopped there (commands before it may have run)", rep.Refusal.Suggestion)
+	case rep.Error != "":
+		return nil, registry.ToolError("the command line failed: "+rep.Error, "Check the command; stderr so far: "+clip(out.Stderr, 300))
+	}
+	out.ExitCode = rep.ExitCode
 	return out, nil
+}
+
+// died explains an interpreter that ended without reporting: the memory
+// ceiling (the Go runtime says "out of memory" when RLIMIT_DATA refuses
+// it more), another limit, or a signal.
+func (t *tool) died(res sandbox.Result, stderr string) error {
+	if isOutOfMemory(stderr) || isOutOfMemory(string(res.Stderr)) {
+		return registry.ToolError(
+			fmt.Sprintf("the command line needed more memory than the limit of %d bytes (TOOLSVC_TOOL_MEMORY_LIMIT) and was stopped", t.memLimit),
+			"Keep less in variables and expansions (large brace expansions, doubling strings, recursive functions or pipelines); write large data to files and process it with the allowed programs.")
+	}
+	return registry.ToolError(fmt.Sprintf("the command line's interpreter stopped unexpectedly (exit status %d)", res.ExitCode),
+		"Check the command for runaway recursion or expansions; stderr so far: "+clip(stderr, 300))
+}
+
+func isOutOfMemory(s string) bool {
+	return strings.Contains(s, "fatal error: runtime: out of memory") ||
+		strings.Contains(s, "fatal error: out of memory") ||
+		strings.Contains(s, "runtime: cannot allocate memory") ||
+		strings.Contains(s, "failed to create new OS thread")
 }
 
 // errArgTimeout is the cause when the call's own timeoutMs expires.
@@ -452,12 +516,15 @@ func (r *refusal) Error() string { return r.msg }
 // call is the state of one shell__exec call.
 type call struct {
 	*tool
-	dir            string
-	root           *os.Root
-	stdout, stderr *sandbox.Capture
-	slots          chan struct{}
+	dir   string
+	root  *os.Root
+	slots chan struct{}
+	// env is the base environment of the programs the script runs.
+	env []string
 	// abort stops the whole command line, background jobs included.
 	abort context.CancelFunc
+	// exit, in the interpreter's process, reports and ends the process.
+	exit func(interpReport)
 
 	mu      sync.Mutex
 	closed  bool
@@ -476,6 +543,11 @@ func (c *call) refuse(r *refusal) error {
 	c.mu.Unlock()
 	if c.abort != nil {
 		c.abort()
+	}
+	if c.exit != nil {
+		// Stop here: report the refusal and leave every program still
+		// running to the parent's process-group kill.
+		c.exit(interpReport{Refusal: c.firstRefusal()})
 	}
 	return r
 }

@@ -22,7 +22,7 @@ import (
 // TestMain makes the test binary the sandbox child, as cmd/toolsvc does.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == sandbox.ChildCommand {
-		err := sandbox.RunChild(os.Args[2:])
+		err := sandbox.RunChild(os.Args[2:], sandbox.Entries{InterpreterEntry: RunInterpreter})
 		fmt.Fprintln(os.Stderr, "sandbox child:", err)
 		os.Exit(125)
 	}
@@ -51,6 +51,9 @@ func newFixture(t *testing.T, mode sandbox.Mode, tweak func(*Options)) *fixture 
 		t.Fatal(err)
 	}
 	o := Options{Workspace: ws, Sandbox: sb, EnvAllow: []string{"GREETING"}, Timeout: 20 * time.Second}
+	if raceEnabled {
+		o.MemoryLimit = 64 << 30
+	}
 	if tweak != nil {
 		tweak(&o)
 	}
@@ -63,7 +66,12 @@ func newFixture(t *testing.T, mode sandbox.Mode, tweak func(*Options)) *fixture 
 		t.Fatal(err)
 	}
 	allowAll := registry.TierDefaults{registry.ReadOnly: registry.Allow, registry.SideEffecting: registry.Allow, registry.Privileged: registry.Allow}
-	return &fixture{t: t, dir: ws.Base(), sb: sb, exec: registry.NewExecutor(registry.Options{Registry: reg, Policy: allowAll})}
+	d, err := ws.Open(workspace.Owner{CallerID: registry.Anonymous().ID}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	return &fixture{t: t, dir: d.Path, sb: sb, exec: registry.NewExecutor(registry.Options{Registry: reg, Policy: allowAll})}
 }
 
 func (f *fixture) call(args map[string]any, timeoutMs int64) *registry.Result {
@@ -472,10 +480,25 @@ func TestFloodIsTruncatedWithBoundedMemory(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	// 100 MB through a pipeline into the captured stdout, and 169 MB from
 	// one program.
-	out := f.run("yes | head -c 100000000; seq 1 20000000; echo done >&2")
+	res := f.call(map[string]any{"command": "yes | head -c 100000000; seq 1 20000000; echo done >&2"}, 0)
 	runtime.ReadMemStats(&after)
-	if !out.StdoutTruncated || len(out.Stdout) != DefaultMaxOutputBytes || !strings.HasPrefix(out.Stdout, "y\ny\n") {
-		t.Fatalf("truncated=%v len=%d", out.StdoutTruncated, len(out.Stdout))
+	var out Output
+	if err := json.Unmarshal(res.Output, &out); err != nil {
+		t.Fatal(err)
+	}
+	// Head and tail around the marker, which counts what was omitted
+	// (no spill store here, so nothing is kept).
+	const produced = 100000000 + 168888897
+	head, rest, _ := strings.Cut(out.Stdout, "\n[output truncated: ")
+	marker, tail, _ := strings.Cut(rest, "]\n")
+	if !out.StdoutTruncated || len(head)+len(tail) != DefaultMaxOutputBytes || !strings.HasPrefix(head, "y\ny\n") || !strings.HasSuffix(tail, "\n19999999\n20000000\n") {
+		t.Fatalf("truncated=%v len=%d head %q… tail …%q", out.StdoutTruncated, len(out.Stdout), head[:10], tail[max(0, len(tail)-30):])
+	}
+	if want := fmt.Sprintf("%d bytes total, %d omitted; the full output was not kept", produced, produced-len(head)-len(tail)); marker != want {
+		t.Errorf("marker %q, want %q", marker, want)
+	}
+	if !res.Truncated || res.OriginalBytes != produced+5 || out.StdoutBytes != produced || out.StderrBytes != 5 {
+		t.Errorf("truncated=%v originalBytes=%d stdoutBytes=%d stderrBytes=%d; produced %d+5", res.Truncated, res.OriginalBytes, out.StdoutBytes, out.StderrBytes, produced)
 	}
 	if out.Stderr != "done\n" || out.ExitCode != 0 {
 		t.Fatalf("%+v", out.Stderr)

@@ -22,6 +22,10 @@ import (
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
+// MaxResultBytes bounds a result whose size can be known before it is
+// built (replace); other operations run under the tool memory limit.
+const MaxResultBytes = 16 << 20
+
 // Tools returns the text tools.
 func Tools() []*registry.Tool {
 	return []*registry.Tool{{
@@ -33,10 +37,11 @@ func Tools() []*registry.Tool {
 				"split (by `separator`), join (`parts` with `separator`), base64_encode, base64_decode, " +
 				"hash (`algorithm` md5, sha1, sha256 or sha512; hex digest), count (characters, bytes, words, lines). " +
 				"Returns {\"result\": ...}.",
-			Tier:        registry.ReadOnly,
-			Tags:        []string{"text"},
-			Parameters:  json.RawMessage(schema),
-			Annotations: readOnly(),
+			Tier:         registry.ReadOnly,
+			Tags:         []string{"text"},
+			Parameters:   json.RawMessage(schema),
+			OutputSchema: json.RawMessage(outputSchema),
+			Annotations:  readOnly(),
 		},
 		Handler: registry.Func(run),
 	}}
@@ -62,6 +67,24 @@ const schema = `{
     "parts": {"type": "array", "maxItems": 100000, "items": {"type": "string"}, "description": "join: the strings to join."},
     "algorithm": {"type": "string", "enum": ["md5", "sha1", "sha256", "sha512"], "description": "hash: the digest to compute (default sha256)."},
     "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "regex_find, split: at most this many results (default 1000)."}
+  },
+  "allOf": [
+    {"if": {"properties": {"operation": {"const": "join"}}}, "then": {"required": ["parts"]}, "else": {"required": ["text"]}},
+    {"if": {"properties": {"operation": {"const": "replace"}}}, "then": {"required": ["find"]}},
+    {"if": {"properties": {"operation": {"enum": ["regex_replace", "regex_find"]}}}, "then": {"required": ["pattern"]}}
+  ]
+}`
+
+// outputSchema is what every operation returns: the result, and for
+// replace the count, for base64_decode of non-text bytes their encoding.
+const outputSchema = `{
+  "type": "object",
+  "required": ["result"],
+  "properties": {
+    "result": {"description": "The operation's result: a string, a list (split, regex_find) or counts (count)."},
+    "replacements": {"type": "integer", "description": "replace: how many occurrences were replaced."},
+    "encoding": {"type": "string", "description": "base64_decode: hex when the bytes are not UTF-8 text."},
+    "note": {"type": "string"}
   }
 }`
 
@@ -109,7 +132,15 @@ func run(_ context.Context, req *registry.Request) (any, error) {
 		if a.Find == "" {
 			return nil, missing(a.Operation, "find")
 		}
-		return map[string]any{"result": strings.ReplaceAll(text, a.Find, a.Replacement), "replacements": strings.Count(text, a.Find)}, nil
+		// The output's size is known before it is built: refuse what
+		// would not fit rather than ask for the memory.
+		n := strings.Count(text, a.Find)
+		if size := int64(len(text)) + int64(n)*(int64(len(a.Replacement))-int64(len(a.Find))); size > MaxResultBytes {
+			return nil, registry.ToolError(
+				fmt.Sprintf("the result would be %d bytes (%d replacements of %d bytes by %d); the limit is %d", size, n, len(a.Find), len(a.Replacement), MaxResultBytes),
+				"Replace in a smaller part of the text, or with a shorter replacement.")
+		}
+		return map[string]any{"result": strings.ReplaceAll(text, a.Find, a.Replacement), "replacements": n}, nil
 	case "regex_replace":
 		re, err := compile(a.Pattern, a.Operation)
 		if err != nil {

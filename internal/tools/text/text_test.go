@@ -3,6 +3,7 @@ package text
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -52,11 +53,11 @@ func TestTransform(t *testing.T) {
 
 func TestTransformErrors(t *testing.T) {
 	cases := []struct{ args, want string }{
-		{`{"operation":"upper"}`, `needs "text"`},
-		{`{"operation":"replace","text":"x"}`, `needs "find"`},
+		{`{"operation":"upper"}`, `missing required property 'text'`},
+		{`{"operation":"replace","text":"x"}`, `missing required property 'find'`},
 		{`{"operation":"regex_find","text":"x","pattern":"(?<=a)b"}`, "not a valid RE2"},
 		{`{"operation":"base64_decode","text":"!!!"}`, "not valid base64"},
-		{`{"operation":"join"}`, `needs "parts"`},
+		{`{"operation":"join"}`, `missing required property 'parts'`},
 		{`{"operation":"reverse","text":"x"}`, "expected one of"},
 	}
 	for _, c := range cases {
@@ -64,5 +65,22 @@ func TestTransformErrors(t *testing.T) {
 		if res.Code() != registry.CodeInvalidArguments || !strings.Contains(res.Error.Message, c.want) {
 			t.Errorf("%s: got %+v, want E_INVALID_ARGUMENTS containing %q", c.args, res.Error, c.want)
 		}
+	}
+}
+
+// A replace whose result would be too large is refused before anything is
+// allocated: "a"×500,000 by "b"×100,000 would be 50 GB.
+func TestReplaceResultBound(t *testing.T) {
+	args, _ := json.Marshal(map[string]any{"operation": "replace", "text": strings.Repeat("a", 500000), "find": "a", "replacement": strings.Repeat("b", 100000)})
+	_, err := run(context.Background(), &registry.Request{Arguments: args})
+	var e *registry.Error
+	if !errors.As(err, &e) || e.Code != registry.CodeTool || !strings.Contains(e.Message, "the result would be 50000000000 bytes") {
+		t.Fatalf("got %v", err)
+	}
+	// Just within the bound it runs.
+	args, _ = json.Marshal(map[string]any{"operation": "replace", "text": strings.Repeat("a", 16), "find": "a", "replacement": strings.Repeat("b", MaxResultBytes/16)})
+	out, err := run(context.Background(), &registry.Request{Arguments: args})
+	if err != nil || len(out.(map[string]any)["result"].(string)) != MaxResultBytes {
+		t.Fatalf("at the bound: %v", err)
 	}
 }

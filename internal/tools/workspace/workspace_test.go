@@ -1,35 +1,101 @@
 package workspace
 
 import (
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-func TestDirStaysInside(t *testing.T) {
+func TestOpenStaysInside(t *testing.T) {
 	w, err := New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{"conv-42", "..", ".", "../x", "a/b", "/etc", `a\b`, "x\x00y", strings.Repeat("k", 300), "_kdeadbeef", "ünï"}
+	keys := []string{"conv-42", "..", ".", "../x", "a/b", "/etc", `a\b`, "x\x00y", strings.Repeat("k", 300), "_kdeadbeef", "ünï", ""}
 	seen := map[string]string{}
+	owner := Owner{CallerID: "../alice"}
 	for _, k := range keys {
-		dir, err := w.Dir(k)
+		d, err := w.Open(owner, k)
 		if err != nil {
-			t.Fatalf("Dir(%q): %v", k, err)
+			t.Fatalf("Open(%q): %v", k, err)
 		}
-		if filepath.Dir(dir) != w.Base() {
-			t.Errorf("Dir(%q) = %q, not a direct child of %q", k, dir, w.Base())
+		d.Close()
+		if !strings.HasPrefix(d.Path, w.Base()+"/callers/") {
+			t.Errorf("Open(%q) = %q, not beneath %q/callers", k, d.Path, w.Base())
 		}
-		if prev, dup := seen[dir]; dup {
-			t.Errorf("keys %q and %q share %q", prev, k, dir)
+		if fi, err := os.Lstat(d.Path); err != nil || !fi.IsDir() {
+			t.Errorf("Open(%q): %q is not a directory: %v", k, d.Path, err)
 		}
-		seen[dir] = k
+		if prev, dup := seen[d.Path]; dup {
+			t.Errorf("keys %q and %q share %q", prev, k, d.Path)
+		}
+		seen[d.Path] = k
 	}
 	if got := SanitizeKey("conv-42"); got != "conv-42" {
 		t.Errorf("plain key changed: %q", got)
 	}
-	if dir, _ := w.Dir(""); dir != w.Base() {
-		t.Errorf("empty key: %q", dir)
+}
+
+func TestCallersArePartitioned(t *testing.T) {
+	w, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := Owner{CallerID: "alice"}, Owner{CallerID: "bob"}
+	team1, team2 := Owner{CallerID: "carol", Shared: "team"}, Owner{CallerID: "dave", Shared: "team"}
+	if w.Path(a, "k") == w.Path(b, "k") || w.Path(a, "") == w.Path(b, "") {
+		t.Error("two callers share a directory")
+	}
+	if w.Path(team1, "k") != w.Path(team2, "k") {
+		t.Error("callers of one shared workspace do not share it")
+	}
+	if w.Path(Owner{}, "") != filepath.Join(w.Base(), "callers", "anonymous", "default") {
+		t.Errorf("anonymous default: %s", w.Path(Owner{}, ""))
+	}
+}
+
+func TestOpenRefusesLinks(t *testing.T) {
+	base := t.TempDir()
+	w, err := New(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	owner := Owner{CallerID: "alice"}
+	// A link at each level of the layout: instance, instances, caller, callers.
+	for _, rel := range []string{"callers/alice/instances/cache", "callers/alice/instances", "callers/alice", "callers"} {
+		t.Run(rel, func(t *testing.T) {
+			_ = os.RemoveAll(filepath.Join(base, "callers"))
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(base, rel)), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(outside, filepath.Join(base, rel)); err != nil {
+				t.Fatal(err)
+			}
+			d, err := w.Open(owner, "cache")
+			if err == nil {
+				d.Close()
+				t.Fatalf("Open through a link at %s succeeded", rel)
+			}
+			if !errors.Is(err, ErrLink) {
+				t.Errorf("error %v, want ErrLink", err)
+			}
+		})
+	}
+	// A file where a directory belongs is refused as well.
+	_ = os.RemoveAll(filepath.Join(base, "callers"))
+	if err := os.MkdirAll(filepath.Join(base, "callers/alice/instances"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(base, "callers/alice/instances/f"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Open(owner, "f"); !errors.Is(err, ErrLink) {
+		t.Errorf("file as instance: %v, want ErrLink", err)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("something was created outside: %v", entries)
 	}
 }

@@ -1,0 +1,270 @@
+// Package result provides result__read, a read-only tool that reads on in
+// the kept output of an earlier call that was cut: by range, or only the
+// lines that match a regular expression.
+package result
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// Name is the tool's name.
+const Name = registry.ReadOnTool
+
+// Reader reads kept output under the rules of the original call;
+// *registry.Executor implements it.
+type Reader interface {
+	ReadOutput(ctx context.Context, caller *registry.Caller, catalog []string, toolCallID, stream string, offset int64, limit int) (*registry.SpillInfo, []byte, error)
+}
+
+// Options configure the tool.
+type Options struct {
+	// MaxLimit is the most bytes one call returns; 0 means 65536.
+	MaxLimit int
+	// MaxScanBytes is the most bytes one filtered call looks at; 0 means
+	// 4 MiB.
+	MaxScanBytes int
+}
+
+// Binder connects the tool to the executor, which is built after it.
+type Binder struct {
+	reader atomic.Pointer[Reader]
+}
+
+// Bind makes r serve the tool's reads from now on.
+func (b *Binder) Bind(r Reader) { b.reader.Store(&r) }
+
+const defaultLimit = 8192
+
+// Tools returns result__read and the Binder to give it its reader.
+func Tools(o Options) ([]*registry.Tool, *Binder) {
+	if o.MaxLimit <= 0 {
+		o.MaxLimit = 64 << 10
+	}
+	if o.MaxScanBytes <= 0 {
+		o.MaxScanBytes = 4 << 20
+	}
+	b := &Binder{}
+	t := &tool{o: o, b: b}
+	yes, no := true, false
+	return []*registry.Tool{{
+		Definition: registry.Definition{
+			Name: Name,
+			Description: "Read on in the full output of an earlier call whose result was cut (its output ends with or contains " +
+				"\"[output truncated: … read on with " + Name + " {…}]\"). Pass the toolCallId, stream and offset the marker gives; " +
+				"each call returns up to `limit` bytes from `offset` and the `nextOffset` to continue with, until `eof`. " +
+				"With `pattern` (a regular expression, RE2 syntax), it returns only the lines from `offset` on that match, with their offsets. " +
+				"Only the output of your own calls, to tools you may use, can be read, and only for a limited time.",
+			Parameters:   json.RawMessage(fmt.Sprintf(schema, o.MaxLimit, defaultLimit)),
+			OutputSchema: json.RawMessage(outputSchema),
+			Tier:         registry.ReadOnly,
+			// What it returns, plus its envelope, fits the output limit.
+			MaxOutputBytes: 2*o.MaxLimit + 4096,
+			Tags:           []string{"output"},
+			Annotations:    &registry.Annotations{Title: "Read the rest of a cut output", ReadOnlyHint: &yes, IdempotentHint: &yes, OpenWorldHint: &no},
+		},
+		Handler: registry.Func(t.run),
+	}}, b
+}
+
+const schema = `{
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["toolCallId"],
+  "properties": {
+    "toolCallId": {"type": "string", "minLength": 1, "maxLength": 256, "description": "The toolCallId of the call whose output was cut."},
+    "stream": {"type": "string", "enum": ["output", "stdout", "stderr", "body"], "default": "output", "description": "Which output: stdout or stderr of a process tool, body of an HTTP tool, output otherwise (the marker says which)."},
+    "offset": {"type": "integer", "minimum": 0, "maximum": 9007199254740991, "default": 0, "description": "Byte offset to read from (the marker's offset, then nextOffset)."},
+    "limit": {"type": "integer", "minimum": 1, "maximum": %d, "default": %d, "description": "Most bytes to return."},
+    "pattern": {"type": "string", "minLength": 1, "maxLength": 1000, "description": "Return only the lines that match this regular expression (RE2 syntax), e.g. \"(?i)error\"."}
+  }
+}`
+
+const outputSchema = `{
+  "type": "object",
+  "required": ["toolCallId", "toolName", "stream", "offset", "nextOffset", "eof", "totalBytes", "storedBytes"],
+  "properties": {
+    "toolCallId": {"type": "string"},
+    "toolName": {"type": "string"},
+    "stream": {"type": "string", "enum": ["output", "stdout", "stderr", "body"]},
+    "offset": {"type": "integer", "minimum": 0},
+    "nextOffset": {"type": "integer", "minimum": 0, "description": "Where the next read continues."},
+    "eof": {"type": "boolean", "description": "Nothing is left of what was kept."},
+    "totalBytes": {"type": "integer", "minimum": 0, "description": "Size of the whole output."},
+    "storedBytes": {"type": "integer", "minimum": 0, "description": "How much of it was kept (less when it was longer than the spill limit)."},
+    "content": {"type": "string", "description": "The bytes read, when no pattern was given."},
+    "matches": {"type": "array", "items": {"type": "object", "required": ["offset", "line"], "properties": {"offset": {"type": "integer"}, "line": {"type": "string"}}}},
+    "note": {"type": "string"}
+  }
+}`
+
+type args struct {
+	ToolCallID string `json:"toolCallId"`
+	Stream     string `json:"stream"`
+	Offset     int64  `json:"offset"`
+	Limit      int    `json:"limit"`
+	Pattern    string `json:"pattern"`
+}
+
+// Output is a range of kept output.
+type Output struct {
+	ToolCallID string `json:"toolCallId"`
+	ToolName   string `json:"toolName"`
+	Stream     string `json:"stream"`
+	Offset     int64  `json:"offset"`
+	// NextOffset is where the next read continues; EOF says nothing is
+	// left of what was kept.
+	NextOffset int64 `json:"nextOffset"`
+	EOF        bool  `json:"eof"`
+	// TotalBytes is the size of the whole output; StoredBytes how much of
+	// it was kept (less when it was longer than the spill limit).
+	TotalBytes  int64   `json:"totalBytes"`
+	StoredBytes int64   `json:"storedBytes"`
+	Content     *string `json:"content,omitempty"`
+	Matches     []Match `json:"matches,omitzero"`
+	Note        string  `json:"note,omitempty"`
+}
+
+// Match is one line that matched the pattern.
+type Match struct {
+	Offset int64  `json:"offset"`
+	Line   string `json:"line"`
+}
+
+type tool struct {
+	o Options
+	b *Binder
+}
+
+func invalid(msg, suggestion string) *registry.Error {
+	return &registry.Error{Code: registry.CodeInvalidArguments, Message: msg, Suggestion: suggestion}
+}
+
+func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
+	var a args
+	if err := req.Bind(&a); err != nil {
+		return nil, err
+	}
+	r := t.b.reader.Load()
+	if r == nil {
+		return nil, errors.New("result__read is not connected to the service's store")
+	}
+	a.Stream = cmpOr(a.Stream, registry.SpillStreamOutput)
+	a.Limit = cmpOr(a.Limit, defaultLimit)
+	if a.Pattern == "" {
+		info, data, err := (*r).ReadOutput(ctx, req.Caller, req.Catalog, a.ToolCallID, a.Stream, a.Offset, a.Limit)
+		if err != nil {
+			return nil, readError(err)
+		}
+		if a.Offset+int64(len(data)) < info.StoredBytes {
+			data = registry.TrimPartialRune(data)
+		}
+		s := string(data)
+		out := output(info, a, a.Offset+int64(len(data)))
+		out.Content = &s
+		return out, nil
+	}
+	re, err := regexp.Compile(a.Pattern)
+	if err != nil {
+		return nil, invalid("pattern is not a valid regular expression: "+err.Error(), "Use RE2 syntax, e.g. \"(?i)error|warning\".")
+	}
+	return t.filter(ctx, *r, req, a, re)
+}
+
+// filter scans from a.Offset, line by line, for at most MaxScanBytes,
+// and returns the matching lines until they fill a.Limit.
+func (t *tool) filter(ctx context.Context, r Reader, req *registry.Request, a args, re *regexp.Regexp) (any, error) {
+	const window = 256 << 10
+	var info *registry.SpillInfo
+	matches := []Match{}
+	pos, used := a.Offset, 0
+scan:
+	for scanned := 0; scanned < t.o.MaxScanBytes; {
+		in, data, err := r.ReadOutput(ctx, req.Caller, req.Catalog, a.ToolCallID, a.Stream, pos, window)
+		if err != nil {
+			return nil, readError(err)
+		}
+		info = in
+		if len(data) == 0 {
+			break
+		}
+		last := pos+int64(len(data)) >= in.StoredBytes
+		end := len(data)
+		if i := bytes.LastIndexByte(data, '\n'); !last && i >= 0 {
+			end = i + 1 // whole lines only; a line longer than the window is cut
+		}
+		for start := 0; start < end; {
+			stop := end
+			if i := bytes.IndexByte(data[start:end], '\n'); i >= 0 {
+				stop = start + i
+			}
+			if line := data[start:stop]; re.Match(line) {
+				if used > 0 && used+len(line) > a.Limit {
+					pos += int64(start) // the next call starts at this line
+					break scan
+				}
+				l := line[:min(len(line), a.Limit)]
+				if len(line) > a.Limit {
+					l = registry.TrimPartialRune(l)
+				}
+				matches = append(matches, Match{Offset: pos + int64(start), Line: string(l)})
+				used += len(l)
+			}
+			start = stop + 1
+		}
+		pos += int64(end)
+		scanned += end
+		if last {
+			break
+		}
+	}
+	res := output(info, a, pos)
+	res.Matches = matches
+	if !res.EOF && res.Note == "" {
+		res.Note = "the search stopped before the end; call again with offset set to nextOffset to search on"
+	}
+	return res, nil
+}
+
+func output(info *registry.SpillInfo, a args, next int64) Output {
+	out := Output{ToolCallID: a.ToolCallID, Stream: a.Stream, Offset: a.Offset, NextOffset: next}
+	if info != nil {
+		out.ToolName, out.TotalBytes, out.StoredBytes = info.ToolName, info.TotalBytes, info.StoredBytes
+		out.EOF = next >= info.StoredBytes
+		if out.EOF && info.StoredBytes < info.TotalBytes {
+			out.Note = "the output was " + strconv.FormatInt(info.TotalBytes, 10) + " bytes; only the first " +
+				strconv.FormatInt(info.StoredBytes, 10) + " were kept (the spill limit)"
+		}
+	}
+	return out
+}
+
+func readError(err error) error {
+	var re *registry.Error
+	switch {
+	case errors.As(err, &re):
+		return err
+	case errors.Is(err, registry.ErrNotFound):
+		return &registry.Error{Code: registry.CodeTool, Message: err.Error(),
+			Suggestion: "Check the toolCallId and stream in the marker of the cut output; if it has expired, make the call again."}
+	case errors.Is(err, registry.ErrNoSpill):
+		return registry.ToolError(err.Error(), "Ask for less output instead, e.g. with head, tail or grep.")
+	}
+	return err
+}
+
+func cmpOr[T comparable](a, b T) T {
+	var zero T
+	if a != zero {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,130 @@
+package worker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// requestLimit bounds one request frame: the arguments have passed the
+// service's body limit already, so this only guards against a broken pipe.
+const requestLimit = 64 << 20
+
+// Serve is the worker side: args are the arguments after Command (the
+// memory ceiling in bytes). It applies the ceiling to its own process and
+// then answers calls of tools, one at a time, from in until in closes.
+func Serve(args []string, tools []*registry.Tool, in io.Reader, out io.Writer) error {
+	if len(args) != 1 {
+		return errors.New("worker: usage: " + Command + " <memory-limit-bytes>")
+	}
+	limit, err := strconv.ParseInt(args[0], 10, 64)
+	if err != nil || limit < minMemoryLimit {
+		return fmt.Errorf("worker: bad memory limit %q", args[0])
+	}
+	if err := applyCeiling(limit); err != nil {
+		return err
+	}
+	// The garbage collector works hard before the ceiling is reached, so
+	// that a call that needs much memory briefly (but not all at once)
+	// succeeds, and the stack may not grow past a quarter of it.
+	debug.SetMemoryLimit(limit * 3 / 4)
+	debug.SetMaxStack(int(min(limit/4, 256<<20)))
+
+	byName := make(map[string]registry.Handler, len(tools))
+	for _, t := range tools {
+		byName[t.Name] = t.Handler
+	}
+	r := bufio.NewReader(in)
+	w := bufio.NewWriter(out)
+	for {
+		b, err := readFrame(r, requestLimit)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("worker: reading a request: %w", err)
+		}
+		res := serveOne(byName, b)
+		msg, err := json.Marshal(res)
+		if err != nil {
+			msg, _ = json.Marshal(response{Failure: "encoding the output: " + err.Error()})
+		}
+		if err := writeFrame(w, msg); err != nil {
+			return err
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		res, msg = nil, nil
+		releaseMemory()
+	}
+}
+
+// serveOne runs one request; a panic in the handler is its failure, not
+// the worker's.
+func serveOne(byName map[string]registry.Handler, b []byte) (res *response) {
+	var req request
+	if err := json.Unmarshal(b, &req); err != nil {
+		return &response{Failure: "worker: bad request: " + err.Error()}
+	}
+	h, ok := byName[req.Tool]
+	if !ok {
+		return &response{Failure: "worker: no tool " + strconv.Quote(req.Tool)}
+	}
+	ctx := context.Background()
+	if req.TimeoutMs > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMs)*time.Millisecond)
+		defer cancel()
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			res = &response{Failure: fmt.Sprintf("panic in %s: %v", req.Tool, v)}
+		}
+	}()
+	rr := &registry.Request{Name: req.Tool, CallID: req.CallID, Arguments: req.Arguments, Context: req.Context, MaxOutputBytes: req.MaxOutputBytes}
+	if d, ok := ctx.Deadline(); ok {
+		rr.Deadline = d
+	}
+	v, err := h.Run(ctx, rr)
+	if err != nil {
+		var e *registry.Error
+		if errors.As(err, &e) {
+			return &response{Error: e}
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return &response{Error: registry.Errorf(registry.CodeTimeout, "the call timed out")}
+		}
+		return &response{Failure: err.Error()}
+	}
+	// Encoded as the executor encodes outputs, so the service sees the
+	// same bytes it would have produced itself.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return &response{Failure: "encoding the output: " + err.Error()}
+	}
+	_, isString := v.(string)
+	return &response{Output: bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), String: isString}
+}
+
+// releaseMemory gives a large heap back to the kernel between calls, so an
+// idle worker does not hold what its last call needed.
+func releaseMemory() {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	if m.HeapSys-m.HeapReleased > 32<<20 {
+		debug.FreeOSMemory()
+	}
+}
