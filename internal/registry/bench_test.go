@@ -85,7 +85,7 @@ func BenchmarkValidate(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_, v, derr := decodeArguments(raw)
+				_, v, derr := decodeArguments(raw, 64)
 				if derr != nil {
 					b.Fatal(derr)
 				}
@@ -99,7 +99,7 @@ func BenchmarkValidate(b *testing.B) {
 
 // BenchmarkArgumentsDigest is the canonical digest of decoded arguments.
 func BenchmarkArgumentsDigest(b *testing.B) {
-	_, v, derr := decodeArguments(json.RawMessage(`{"path":"notes/today.md","limit":3,"mode":"a","items":[1,2,3]}`))
+	_, v, derr := decodeArguments(json.RawMessage(`{"path":"notes/today.md","limit":3,"mode":"a","items":[1,2,3]}`), 64)
 	if derr != nil {
 		b.Fatal(derr)
 	}
@@ -176,8 +176,9 @@ func BenchmarkNew(b *testing.B) {
 
 // BenchmarkCatalog is the catalog at 10, 1,000 and 10,000 tools: listing
 // it (everything, and for a caller limited by globs and tier), looking a
-// tool up, calling a known tool and calling an unknown one (which ranks
-// the closest names). Each registry is built once.
+// tool up, calling a known tool, ranking the names closest to a misspelt
+// one (Closest) and calling an unknown tool (which does that). Each
+// registry is built once.
 func BenchmarkCatalog(b *testing.B) {
 	limited := &Caller{ID: "limited", Tools: []string{"gen1*__*", "t__*"}, MaxTier: SideEffecting, Scopes: []Scope{ScopeCall}}
 	for _, n := range []int{10, 1000, 10000} {
@@ -215,6 +216,14 @@ func BenchmarkCatalog(b *testing.B) {
 			for b.Loop() {
 				if res, err := e.Execute(ctx, caller, known); err != nil || res.Status != StatusOK {
 					b.Fatal(err, res)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("tools=%d/Closest", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if c := reg.Closest(caller, "gen01__tol00001", 3); len(c) == 0 || c[0] != "gen01__tool00001" {
+					b.Fatal(c)
 				}
 			}
 		})

@@ -68,6 +68,10 @@ type Result struct {
 	OriginalBytes int64           `json:"originalBytes,omitempty"`
 	DurationMs    int64           `json:"durationMs"`
 	Approval      *ApprovalTicket `json:"approval,omitempty"`
+	// RecordPending says the call ran but its record is not yet in the
+	// store: the result is held in memory and retried, and a retry on
+	// another instance may not see it yet.
+	RecordPending bool `json:"recordPending,omitempty"`
 }
 
 // Code returns the error code of r, or "" when r is not an error.

@@ -23,7 +23,11 @@ type Definition struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
 	// Parameters is a JSON Schema whose root is type: object.
-	Parameters        json.RawMessage `json:"parameters"`
+	Parameters json.RawMessage `json:"parameters"`
+	// OutputSchema, when set, is a JSON Schema (root type: object) that
+	// every successful output must match; a mismatch is an E_TOOL result
+	// naming the tool as faulty. It is served as MCP's outputSchema.
+	OutputSchema      json.RawMessage `json:"outputSchema,omitempty"`
 	Tier              Tier            `json:"tier"`
 	Timeout           time.Duration   `json:"-"`
 	MaxOutputBytes    int             `json:"maxOutputBytes"`
@@ -75,6 +79,11 @@ type Request struct {
 	// Catalog is the call's own narrowing of the caller's catalog (empty:
 	// none); tools that make calls of their own pass it on.
 	Catalog []string
+
+	// spiller keeps cut streams (nil: none are kept); cut is the whole
+	// output's size a tool reported with ReportTruncated (0: none).
+	spiller *Spiller
+	cut     int64
 }
 
 // Bind decodes the arguments into v.
@@ -104,9 +113,13 @@ type Tool struct {
 	Handler Handler
 
 	schema *jsonschema.Schema
+	// output is the compiled OutputSchema (nil without one).
+	output *jsonschema.Schema
 	// suggestion renders, on first use, the example call that
 	// E_INVALID_ARGUMENTS suggests.
 	suggestion func() string
+	// strict computes, on first use, the strict form of the parameters.
+	strict func() *StrictForm
 	// spanName and lowerName are computed once, at registration.
 	spanName  string
 	lowerName string

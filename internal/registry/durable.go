@@ -6,95 +6,193 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
-	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
+
+// Filing is what a call that waits for approval was filed with, so that
+// once approved it runs as asked: as the caller was then (catalog globs,
+// maxTier, scopes), within the request's catalog and timeout.
+type Filing struct {
+	Caller    Caller   `json:"caller"`
+	Catalog   []string `json:"catalog,omitempty"`
+	TimeoutMs int64    `json:"timeoutMs,omitempty"`
+	// CallerMayApprove is the rule's callerMayApprove: the caller may
+	// decide the request too (DecideAsCaller).
+	CallerMayApprove bool `json:"callerMayApprove,omitempty"`
+}
+
+// recall answers a call whose toolCallId was seen before: from the result
+// held in memory while its record could not be written, or from the
+// stored record. A resumed call owns its record and skips this stage.
+func (e *Executor) recall(ctx context.Context, f *flight) error {
+	if !f.durable || f.call.ToolCallID == "" || f.resumed != nil {
+		return nil
+	}
+	if res, ok := e.backlog.result(f.caller.ID, f.res.ToolCallID, f.tool.Name, f.digest); ok {
+		if res == nil {
+			return ErrConflict
+		}
+		f.res = res
+		return errAnswered
+	}
+	rec, err := e.store.GetCall(ctx, f.caller.ID, f.res.ToolCallID)
+	switch {
+	case err == nil:
+		return e.replay(ctx, f, rec)
+	case errors.Is(err, ErrNotFound):
+		return nil
+	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+// record creates the running record of a durable call before it runs.
+// Another call that created it first is answered from it instead.
+func (e *Executor) record(ctx context.Context, f *flight) error {
+	if !f.durable || f.resumed != nil {
+		return nil
+	}
+	rec, created, err := e.store.BeginCall(ctx, &CallRecord{
+		CallerID: f.caller.ID, ToolCallID: f.res.ToolCallID, ToolName: f.tool.Name, ArgumentsDigest: f.digest,
+		Arguments: f.args, Context: f.call.Context, State: CallRunning, TraceID: traceID(ctx),
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if !created {
+		return e.replay(ctx, f, rec)
+	}
+	f.recorded = true
+	return nil
+}
 
 // replay answers a call whose toolCallId already has a record: a conflict
 // when the record is of another call, the stored result when it is done or
-// pending, and the result it ends with when it is still running.
-func (e *Executor) replay(ctx context.Context, caller *Caller, rec *CallRecord, toolName string, p *progress, res *Result) error {
-	if !rec.Matches(toolName, p.digest) {
+// pending, and the result it ends with when it is still running, waiting
+// at most the wait timeout (then the answer says it is still running).
+func (e *Executor) replay(ctx context.Context, f *flight, rec *CallRecord) error {
+	if !rec.Matches(f.tool.Name, f.digest) {
 		return ErrConflict
 	}
 	if rec.State == CallRunning {
-		var err error
-		rec, err = e.store.WaitCall(ctx, caller.ID, rec.ToolCallID)
-		if err != nil {
-			if ctx.Err() != nil {
-				return canceledError(ctx)
-			}
+		wctx, cancel := context.WithTimeout(ctx, e.wait)
+		last, err := e.store.WaitCall(wctx, f.caller.ID, rec.ToolCallID)
+		cancel()
+		switch {
+		case err == nil:
+			rec = last
+		case ctx.Err() != nil:
+			return canceledError(ctx)
+		case wctx.Err() != nil:
+			f.res = &Result{ToolCallID: rec.ToolCallID, ToolName: rec.ToolName, Status: StatusRunning}
+			return errAnswered
+		default:
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 	}
 	if rec.Result == nil {
 		return fmt.Errorf("%w: call %s has no result", errInternal, rec.ToolCallID)
 	}
-	*res = *rec.Result
-	p.replayed = true
-	p.pending = res.Status == StatusPendingApproval
-	return nil
+	f.res = rec.Result
+	return errAnswered
 }
 
-// ask records the call as pending and files an approval request for it.
-func (e *Executor) ask(ctx context.Context, caller *Caller, call *Call, tool *Tool, d Decision, p *progress, res *Result) error {
+// ask records the call as pending and files an approval request for it,
+// with a snapshot of the caller and the request to resume it with.
+func (e *Executor) ask(ctx context.Context, f *flight) error {
 	now := e.now()
+	filed := &Filing{Caller: *f.caller, Catalog: f.call.Catalog, TimeoutMs: f.call.TimeoutMs, CallerMayApprove: f.decision.CallerMayApprove}
+	filed.Caller.Tools = append([]string(nil), f.caller.Tools...)
+	filed.Caller.Scopes = append([]Scope(nil), f.caller.Scopes...)
 	a := &Approval{
-		ID: newApprovalID(), CallerID: caller.ID, ToolCallID: res.ToolCallID, ToolName: tool.Name, Tier: tool.Tier,
-		Rule: d.Rule, Reason: d.Reason, ArgumentsDigest: p.digest, Arguments: p.args, Context: call.Context,
-		Status: ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(e.ttl),
+		ID: newApprovalID(), CallerID: f.caller.ID, ToolCallID: f.res.ToolCallID, ToolName: f.tool.Name, Tier: f.tool.Tier,
+		Rule: f.decision.Rule, Reason: f.decision.Reason, ArgumentsDigest: f.digest, Arguments: f.args, Context: f.call.Context,
+		Status: ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(e.ttl), Filed: filed,
 	}
-	pending := &Result{ToolCallID: res.ToolCallID, ToolName: tool.Name, Status: StatusPendingApproval,
-		Approval: &ApprovalTicket{ID: a.ID, ExpiresAt: a.ExpiresAt, ArgumentsDigest: p.digest}}
+	pending := &Result{ToolCallID: f.res.ToolCallID, ToolName: f.tool.Name, Status: StatusPendingApproval,
+		Approval: &ApprovalTicket{ID: a.ID, ExpiresAt: a.ExpiresAt, ArgumentsDigest: f.digest}}
 	rec, created, err := e.store.BeginCall(ctx, &CallRecord{
-		CallerID: caller.ID, ToolCallID: res.ToolCallID, ToolName: tool.Name, ArgumentsDigest: p.digest,
-		Arguments: p.args, Context: call.Context, State: CallPendingApproval, Result: pending,
-		ApprovalID: a.ID, ExpiresAt: a.ExpiresAt,
+		CallerID: f.caller.ID, ToolCallID: f.res.ToolCallID, ToolName: f.tool.Name, ArgumentsDigest: f.digest,
+		Arguments: f.args, Context: f.call.Context, State: CallPendingApproval, Result: pending,
+		ApprovalID: a.ID, ExpiresAt: a.ExpiresAt, TraceID: traceID(ctx),
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	if !created {
-		return e.replay(ctx, caller, rec, tool.Name, p, res)
+		return e.replay(ctx, f, rec)
 	}
 	if err := e.store.CreateApproval(ctx, a); err != nil {
 		// Leave no pending call without its request.
-		fail := &Result{ToolCallID: res.ToolCallID, ToolName: tool.Name, Status: StatusError,
-			Error: &Error{Code: CodeInternal, Name: tool.Name, Message: "internal error"}}
-		if _, _, ferr := e.store.FinishCall(context.WithoutCancel(ctx), caller.ID, res.ToolCallID, fail); ferr != nil {
-			e.log.Error("store: closing a call whose approval request failed", "toolCallId", res.ToolCallID, "error", ferr)
+		fail := &Result{ToolCallID: f.res.ToolCallID, ToolName: f.tool.Name, Status: StatusError,
+			Error: &Error{Code: CodeInternal, Name: f.tool.Name, Message: "internal error"}}
+		if _, _, ferr := e.store.FinishCall(context.WithoutCancel(ctx), f.caller.ID, f.res.ToolCallID, fail); ferr != nil {
+			e.log.Error("store: closing a call whose approval request failed", "toolCallId", f.res.ToolCallID, "error", ferr)
 		}
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	e.log.Info("approval requested", "approvalId", a.ID, "caller", caller.ID, "tool", tool.Name, "rule", d.Rule, "expiresAt", a.ExpiresAt)
-	*res = *pending
-	p.pending = true
-	e.audit(ctx, caller.ID, res, tool.Tier, d, p.digest)
-	return nil
+	e.log.Info("approval requested", "approvalId", a.ID, "caller", f.caller.ID, "tool", f.tool.Name, "rule", f.decision.Rule, "expiresAt", a.ExpiresAt)
+	NotifyApproval(e.observer, EventApprovalRequested, a, now)
+	f.res = pending
+	e.audit(ctx, e.auditEntry(f))
+	return errAnswered
 }
 
 // finishRecord stores the result of a recorded call and audits it. The
-// call has run, so this happens even when the caller went away.
-func (e *Executor) finishRecord(ctx context.Context, caller *Caller, res *Result, p *progress) {
+// call has run, so this happens even when the caller went away. When the
+// store does not take the result, it is held in memory and retried in the
+// background (RetryRecords), and the answer says its record is pending.
+func (e *Executor) finishRecord(ctx context.Context, f *flight) {
 	ctx = context.WithoutCancel(ctx)
-	if _, _, err := e.store.FinishCall(ctx, caller.ID, res.ToolCallID, res); err != nil {
-		e.log.Error("store: recording a result", "toolCallId", res.ToolCallID, "error", err)
+	entry := e.auditEntry(f)
+	if _, _, err := e.store.FinishCall(ctx, f.caller.ID, f.res.ToolCallID, f.res); err != nil {
+		e.log.Error("store: recording a result failed; holding it in memory and retrying", "toolCallId", f.res.ToolCallID, "error", err)
+		held := *f.res
+		held.RecordPending = true
+		if !e.backlog.hold(f.caller.ID, f.digest, &held, entry) {
+			// No room: the record lapses to E_INTERRUPTED, which says the
+			// outcome is unknown; it never says something false.
+			e.log.Error("store: record backlog is full; the call's record will read E_INTERRUPTED", "toolCallId", f.res.ToolCallID)
+			e.store.ReleaseCall(f.caller.ID, f.res.ToolCallID)
+		}
+		e.metrics.setBacklog(e.backlog.len())
+		f.res = &held
+		return
 	}
-	tier := Tier("")
-	if t, ok := e.Registry().Lookup(res.ToolName); ok {
-		tier = t.Tier
-	}
-	e.audit(ctx, caller.ID, res, tier, p.decision, p.digest)
+	e.audit(ctx, entry)
 }
 
-func (e *Executor) audit(ctx context.Context, callerID string, res *Result, tier Tier, d Decision, digest string) {
-	err := e.store.AppendAudit(context.WithoutCancel(ctx), &AuditEntry{
-		Time: e.now(), Event: "call", CallerID: callerID, ToolCallID: res.ToolCallID, ToolName: res.ToolName,
-		Tier: tier, Decision: d.Effect, Rule: d.Rule, Status: res.Status, Code: res.Code(),
-		DurationMs: res.DurationMs, ArgumentsDigest: digest,
-	})
-	if err != nil {
-		e.log.Error("store: appending to the audit trail", "toolCallId", res.ToolCallID, "error", err)
+func (e *Executor) auditEntry(f *flight) *AuditEntry {
+	tier := Tier("")
+	if f.tool != nil {
+		tier = f.tool.Tier
+	}
+	return &AuditEntry{
+		Time: e.now(), Event: "call", CallerID: f.caller.ID, ToolCallID: f.res.ToolCallID, ToolName: f.res.ToolName,
+		Tier: tier, Decision: f.decision.Effect, Rule: f.decision.Rule, Status: f.res.Status, Code: f.res.Code(),
+		DurationMs: f.res.DurationMs, ArgumentsDigest: f.digest, Issuer: f.caller.Issuer, Subject: f.caller.Subject,
+	}
+}
+
+// traceID is the trace id of the span in ctx, or "" when it has none.
+func traceID(ctx context.Context) string {
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
+
+// audit appends an entry to the audit trail; an entry the store does not
+// take is held and retried with the results (RetryRecords).
+func (e *Executor) audit(ctx context.Context, entry *AuditEntry) {
+	if err := e.store.AppendAudit(context.WithoutCancel(ctx), entry); err != nil {
+		e.log.Error("store: appending to the audit trail failed; retrying in the background", "toolCallId", entry.ToolCallID, "error", err)
+		if !e.backlog.holdAudit(entry) {
+			e.log.Error("store: record backlog is full; audit entry dropped", "toolCallId", entry.ToolCallID, "event", entry.Event)
+		}
+		e.metrics.setBacklog(e.backlog.len())
 	}
 }
 
@@ -103,10 +201,15 @@ func (e *Executor) audit(ctx context.Context, callerID string, res *Result, tier
 var ErrNoStore = errors.New("this service keeps no call records")
 
 // Decide records an approver's verdict on an approval request. The one
-// approver whose decision moves the request runs the stored call (on
-// approve) exactly as it was asked, once; everyone else gets the outcome of
-// that decision. It returns the request as it stands and the call's result.
+// approver whose decision moves the request resumes the stored call (on
+// approve) exactly as it was filed, once; everyone else gets the outcome
+// of that decision, waiting for it at most the wait timeout.
 func (e *Executor) Decide(ctx context.Context, approver *Caller, id string, v Verdict, reason string) (*Approval, *Result, error) {
+	return e.decideApproval(ctx, approver, id, v, reason, AuditApproval)
+}
+
+// decideApproval is Decide, audited as event.
+func (e *Executor) decideApproval(ctx context.Context, approver *Caller, id string, v Verdict, reason, event string) (*Approval, *Result, error) {
 	if e.store == nil {
 		return nil, nil, ErrNoStore
 	}
@@ -119,20 +222,30 @@ func (e *Executor) Decide(ctx context.Context, approver *Caller, id string, v Ve
 		if v == VerdictDeny {
 			effect = Deny
 		}
-		if err := e.store.AppendAudit(context.WithoutCancel(ctx), &AuditEntry{
-			Time: e.now(), Event: "approval", CallerID: approver.ID, ToolCallID: a.ToolCallID, ToolName: a.ToolName,
+		e.audit(ctx, &AuditEntry{
+			Time: e.now(), Event: event, CallerID: approver.ID, ToolCallID: a.ToolCallID, ToolName: a.ToolName,
 			Tier: a.Tier, Decision: effect, Rule: a.Rule, ArgumentsDigest: a.ArgumentsDigest,
-		}); err != nil {
-			e.log.Error("store: auditing an approval", "approvalId", id, "error", err)
-		}
-		e.log.Info("approval decided", "approvalId", id, "decision", string(v), "by", approver.ID, "tool", a.ToolName)
+			Issuer: approver.Issuer, Subject: approver.Subject,
+		})
+		e.log.Info("approval decided", "approvalId", id, "decision", string(v), "by", approver.ID, "event", event, "tool", a.ToolName)
+		NotifyApproval(e.observer, EventApprovalDecided, a, e.now())
 		if v == VerdictApprove {
-			return a, e.runApproved(ctx, a), nil
+			return a, e.resume(ctx, a), nil
 		}
+	}
+	if res, ok := e.backlog.result(a.CallerID, a.ToolCallID, a.ToolName, a.ArgumentsDigest); ok && res != nil {
+		return a, res, nil
 	}
 	rec, err := e.store.GetCall(ctx, a.CallerID, a.ToolCallID)
 	if err == nil && rec.State == CallRunning {
-		rec, err = e.store.WaitCall(ctx, a.CallerID, a.ToolCallID)
+		wctx, cancel := context.WithTimeout(ctx, e.wait)
+		var last *CallRecord
+		last, err = e.store.WaitCall(wctx, a.CallerID, a.ToolCallID)
+		cancel()
+		if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+			return a, &Result{ToolCallID: a.ToolCallID, ToolName: a.ToolName, Status: StatusRunning}, nil
+		}
+		rec = last
 	}
 	if err != nil {
 		return a, nil, err
@@ -140,44 +253,21 @@ func (e *Executor) Decide(ctx context.Context, approver *Caller, id string, v Ve
 	return a, rec.Result, nil
 }
 
-// runApproved runs the call an approval request was filed for and records
-// its result. The arguments are validated again, as the tool may have been
-// reloaded since the request was filed.
-func (e *Executor) runApproved(ctx context.Context, a *Approval) *Result {
-	start := e.now()
-	caller := &Caller{ID: a.CallerID}
-	res := &Result{ToolCallID: a.ToolCallID, ToolName: a.ToolName}
-	tool, ok := e.Registry().Lookup(a.ToolName)
-	label, tier := UnknownTool, Tier("")
-	if ok {
-		label, tier = tool.Name, tool.Tier
+// resume runs an approved call through the pipeline from where it was
+// filed, as the caller it was filed by and with the request's catalog,
+// timeout and context; its arguments are validated again, as the tool
+// may have been reloaded since.
+func (e *Executor) resume(ctx context.Context, a *Approval) *Result {
+	f := &flight{st: e.state.Load(), resumed: a, recorded: true,
+		call: &Call{ToolCallID: a.ToolCallID, ToolName: a.ToolName, Arguments: a.Arguments, Context: a.Context}}
+	if a.Filed != nil {
+		caller := a.Filed.Caller
+		f.caller = &caller
+		f.call.Catalog, f.call.TimeoutMs = a.Filed.Catalog, a.Filed.TimeoutMs
+	} else {
+		f.caller = &Caller{ID: a.CallerID}
 	}
-	ctx, span := e.startSpan(context.WithoutCancel(ctx), "execute_tool "+label, label, res.ToolCallID)
-	defer span.End()
-	if ok {
-		span.SetAttributes(attribute.String("gen_ai.tool.type", tool.Type), attribute.String("toolsvc.tool.tier", string(tool.Tier)))
-	}
-	p := progress{decision: Decision{Effect: Allow, Rule: a.Rule, Reason: "approved by " + a.DecidedBy}, digest: a.ArgumentsDigest, recorded: true}
-	var err error
-	switch {
-	case !ok:
-		err = e.notFound(e.Registry(), nil, a.ToolName)
-	default:
-		var value any
-		var derr *Error
-		if _, value, derr = decodeArguments(a.Arguments); derr != nil {
-			err = derr
-		} else if verr := tool.schema.Validate(value); verr != nil {
-			err = validationError(tool, verr)
-		} else {
-			// An approved call has waited long enough: it runs even when the
-			// concurrency limit is reached.
-			err = e.execute(ctx, tool, caller, res, a.Arguments, a.Context, nil, 0)
-		}
-	}
-	e.finalize(res, tool, err, start)
-	e.finishRecord(ctx, caller, res, &p)
-	e.observe(ctx, span, caller, res, label, tier, p.decision, p.digest, e.now().Sub(start))
+	res, _ := e.process(context.WithoutCancel(ctx), f)
 	return res
 }
 
@@ -188,4 +278,154 @@ func newApprovalID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return "apr_" + hex.EncodeToString(b[:])
+}
+
+// backlog holds, in memory, results whose record the store did not take
+// and audit entries it did not append, until RetryRecords writes them.
+// Its size is bounded.
+type backlog struct {
+	mu      sync.Mutex
+	max     int
+	results map[backlogKey]*heldResult
+	audits  []*AuditEntry
+	wake    chan struct{}
+}
+
+type backlogKey struct{ caller, id string }
+
+type heldResult struct {
+	digest string
+	res    *Result
+	entry  *AuditEntry
+}
+
+func newBacklog(max int) *backlog {
+	return &backlog{max: max, results: make(map[backlogKey]*heldResult), wake: make(chan struct{}, 1)}
+}
+
+func (b *backlog) len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.results) + len(b.audits)
+}
+
+func (b *backlog) hold(caller, digest string, res *Result, entry *AuditEntry) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.results)+len(b.audits) >= b.max {
+		return false
+	}
+	b.results[backlogKey{caller, res.ToolCallID}] = &heldResult{digest: digest, res: res, entry: entry}
+	b.signal()
+	return true
+}
+
+func (b *backlog) holdAudit(entry *AuditEntry) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.results)+len(b.audits) >= b.max {
+		return false
+	}
+	b.audits = append(b.audits, entry)
+	b.signal()
+	return true
+}
+
+func (b *backlog) signal() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// result returns the held result of a call: ok when one is held, and a
+// nil result when it is of another tool or other arguments (a conflict).
+func (b *backlog) result(caller, id, tool, digest string) (*Result, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h, ok := b.results[backlogKey{caller, id}]
+	if !ok {
+		return nil, false
+	}
+	if h.res.ToolName != tool || h.digest != digest {
+		return nil, true
+	}
+	res := *h.res
+	return &res, true
+}
+
+// RetryRecords writes held results and audit entries into the store until
+// ctx ends: at once when something is held, then with backoff (from 100ms
+// to retryMax) while the store refuses.
+func (e *Executor) RetryRecords(ctx context.Context, retryMax time.Duration) {
+	if e.store == nil {
+		return
+	}
+	delay := 100 * time.Millisecond
+	for {
+		if e.flushBacklog(ctx) {
+			delay = 100 * time.Millisecond
+			select {
+			case <-ctx.Done():
+				return
+			case <-e.backlog.wake:
+			}
+			continue
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay = min(2*delay, retryMax)
+	}
+}
+
+// flushBacklog tries once to write everything held; it reports whether
+// the backlog is empty afterwards.
+func (e *Executor) flushBacklog(ctx context.Context) bool {
+	b := e.backlog
+	b.mu.Lock()
+	keys := make([]backlogKey, 0, len(b.results))
+	for k := range b.results {
+		keys = append(keys, k)
+	}
+	audits := b.audits
+	b.audits = nil
+	b.mu.Unlock()
+	defer func() { e.metrics.setBacklog(b.len()) }()
+	for _, k := range keys {
+		b.mu.Lock()
+		h := b.results[k]
+		b.mu.Unlock()
+		res := *h.res
+		res.RecordPending = false
+		rec, stored, err := e.store.FinishCall(ctx, k.caller, k.id, &res)
+		if err != nil {
+			b.mu.Lock()
+			b.audits = append(audits, b.audits...)
+			b.mu.Unlock()
+			return false
+		}
+		if !stored {
+			e.log.Warn("store: a held result found its record already final", "toolCallId", k.id, "stored", rec.Result.Code())
+		} else {
+			e.log.Info("store: held result recorded", "toolCallId", k.id)
+		}
+		audits = append(audits, h.entry)
+		b.mu.Lock()
+		delete(b.results, k)
+		b.mu.Unlock()
+	}
+	for i, a := range audits {
+		if err := e.store.AppendAudit(ctx, a); err != nil {
+			b.mu.Lock()
+			b.audits = append(audits[i:], b.audits...)
+			b.mu.Unlock()
+			return false
+		}
+	}
+	return b.len() == 0
 }

@@ -34,6 +34,13 @@ var ErrConflict = errors.New("toolCallId already used for a different call")
 // ErrUnavailable means the store did not answer; the call did not run.
 var ErrUnavailable = errors.New("the call store is unavailable")
 
+// ErrShutdown is the cause the main program cancels calls with when it
+// stops. A recorded call it cancels ends as E_INTERRUPTED, not E_CANCELED:
+// it may have had side effects, and a retry with its toolCallId gets that
+// answer (use a new toolCallId after checking), exactly like a call whose
+// process died.
+var ErrShutdown = errors.New("the service is shutting down")
+
 // Options configure an Executor.
 type Options struct {
 	Registry *Registry
@@ -60,6 +67,22 @@ type Options struct {
 	Store Store
 	// ApprovalTTL is how long an approval request waits; 0 is 15 minutes.
 	ApprovalTTL time.Duration
+	// MaxArgumentsDepth bounds the nesting of a call's arguments, also
+	// when they arrive as a string holding JSON; 0 is 64.
+	MaxArgumentsDepth int
+	// WaitTimeout bounds how long a call waits for another call's record
+	// with the same toolCallId to finish; 0 is one minute.
+	WaitTimeout time.Duration
+	// RecordBacklog bounds how many results whose record could not be
+	// finished are held in memory and retried into the store; 0 is 1000.
+	RecordBacklog int
+	// Observer hears of approval requests filed and decided; nil is none.
+	Observer ApprovalObserver
+	// Spill keeps the full output of cut results; nil keeps none.
+	Spill *Spiller
+	// Disabled names tools this service could serve but does not, each
+	// with what turns it on, so that a call of one says so.
+	Disabled map[string]string
 }
 
 // Executor runs calls through the pipeline: lookup, catalog visibility,
@@ -77,11 +100,20 @@ type Executor struct {
 	now     func() time.Time
 	store   Store
 	ttl     time.Duration
+	// disabled is Options.Disabled.
+	disabled map[string]string
 	// tracing is false for the default no-op tracer, whose spans are
 	// given no attributes.
 	tracing bool
 	// answers recycles the channels handlers answer on.
-	answers sync.Pool
+	answers  sync.Pool
+	maxDepth int
+	wait     time.Duration
+	// backlog holds results whose record could not be finished yet.
+	backlog *backlog
+	// observer hears of approval requests filed and decided.
+	observer ApprovalObserver
+	spill    *Spiller
 }
 
 // state is what a reload replaces as one.
@@ -92,11 +124,14 @@ type state struct {
 
 // NewExecutor returns an executor.
 func NewExecutor(o Options) *Executor {
-	e := &Executor{log: o.Logger, metrics: o.Metrics, tracer: o.Tracer, content: o.TraceContent, maxTime: o.MaxTimeout, now: o.Now, store: o.Store, ttl: o.ApprovalTTL,
-		tracing: o.Tracer != nil}
+	e := &Executor{log: o.Logger, metrics: o.Metrics, tracer: o.Tracer, content: o.TraceContent, maxTime: o.MaxTimeout, now: o.Now, store: o.Store, ttl: o.ApprovalTTL, disabled: o.Disabled,
+		tracing: o.Tracer != nil, observer: o.Observer, spill: o.Spill}
 	if e.ttl <= 0 {
 		e.ttl = 15 * time.Minute
 	}
+	e.maxDepth = cmp.Or(o.MaxArgumentsDepth, 64)
+	e.wait = cmp.Or(o.WaitTimeout, time.Minute)
+	e.backlog = newBacklog(cmp.Or(o.RecordBacklog, 1000))
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -128,6 +163,8 @@ func (e *Executor) Load(reg *Registry, p Policy) {
 		for _, t := range reg.tools {
 			e.metrics.truncated.WithLabelValues(t.Name)
 			e.metrics.inFlight.WithLabelValues(t.Name)
+			e.metrics.abandonedTotal.WithLabelValues(t.Name)
+			e.metrics.abandoned.WithLabelValues(t.Name)
 		}
 	}
 	e.state.Store(&state{reg: reg, policy: p})
@@ -142,34 +179,254 @@ func (e *Executor) Registry() *Registry { return e.state.Load().reg }
 // ErrUnavailable (the store did not answer); everything that goes wrong
 // with the call itself is an error result.
 func (e *Executor) Execute(ctx context.Context, caller *Caller, call *Call) (*Result, error) {
-	st := e.state.Load()
-	start := e.now()
-	res := &Result{ToolCallID: call.ToolCallID, ToolName: call.ToolName}
-	if res.ToolCallID == "" {
-		res.ToolCallID = NewCallID()
-	}
-	tool, known := st.reg.Lookup(call.ToolName)
-	label, tier, spanName := UnknownTool, Tier(""), "execute_tool "+UnknownTool
-	if known {
-		label, tier, spanName = tool.Name, tool.Tier, tool.spanName
-	}
-	ctx, span := e.startSpan(ctx, spanName, label, res.ToolCallID)
-	defer span.End()
+	return e.process(ctx, &flight{st: e.state.Load(), caller: caller, call: call})
+}
 
-	var p progress
-	err := e.run(ctx, st, caller, call, tool, res, &p)
+// flight is one call on its way through the pipeline, and what the
+// pipeline has learned about it.
+type flight struct {
+	st     *state
+	caller *Caller
+	call   *Call
+	tool   *Tool
+	res    *Result
+	// resumed is the approval request of an approved call that resumes at
+	// the run stage; caller and call are then what it was filed with.
+	resumed *Approval
+
+	decision Decision
+	digest   string
+	args     json.RawMessage
+	value    any
+	// req is what the handler was given; the cut reads what it reported.
+	req *Request
+	// durable: the call is recorded in the store.
+	durable bool
+	// recorded: a running record was created and awaits the result.
+	recorded bool
+	// answered: an earlier stage set the result (a stored or held one, or
+	// the pending ticket of an approval request); the rest is skipped.
+	answered bool
+}
+
+// errAnswered ends the pipeline of a call whose result a stage has set.
+var errAnswered = errors.New("answered")
+
+// process runs a call through the pipeline, one stage after another:
+// lookup, catalog, decode and validate, recall (a toolCallId seen before),
+// policy, approval, admission, record, run, cut, finish. A call approved
+// by a human enters the same pipeline (resume) and passes the stages that
+// belong to filing (recall, policy, approval, record) as already done.
+func (e *Executor) process(ctx context.Context, f *flight) (*Result, error) {
+	start := e.now()
+	ctx, span := e.lookup(ctx, f)
+	defer span.End()
+	err := func() error {
+		if f.tool == nil {
+			return e.notFound(f.st.reg, f.caller, f.call.ToolName)
+		}
+		if err := e.checkCatalog(f); err != nil {
+			return err
+		}
+		if err := e.decode(ctx, f); err != nil {
+			return err
+		}
+		if err := e.recall(ctx, f); err != nil {
+			return err
+		}
+		if err := e.decide(ctx, f); err != nil {
+			return err
+		}
+		if err := e.approval(ctx, f); err != nil {
+			return err
+		}
+		release, err := e.admit(ctx, f)
+		if err != nil {
+			return err
+		}
+		if err := e.record(ctx, f); err != nil {
+			release()
+			return err
+		}
+		out, err := e.runTool(ctx, f, release)
+		if err != nil {
+			return err
+		}
+		return e.cut(ctx, f, out)
+	}()
 	if errors.Is(err, ErrOverloaded) || errors.Is(err, ErrConflict) || errors.Is(err, ErrUnavailable) {
 		span.SetStatus(codes.Error, err.Error())
-		return nil, err
+		if f.resumed == nil {
+			return nil, err
+		}
+		// An approved call has no client to refuse; its record ends.
+		err = fmt.Errorf("%w: %v", errInternal, err)
 	}
-	if !p.replayed && !p.pending {
-		e.finalize(res, tool, err, start)
+	if !errors.Is(err, errAnswered) {
+		e.finalize(f.res, f.tool, err, start)
+		if f.recorded && f.res.Code() == CodeCanceled && errors.Is(context.Cause(ctx), ErrShutdown) {
+			f.res = InterruptedResult(f.res.ToolCallID, f.res.ToolName)
+			f.res.DurationMs = e.now().Sub(start).Milliseconds()
+		}
 	}
-	if p.recorded {
-		e.finishRecord(ctx, caller, res, &p)
+	e.finish(ctx, f)
+	e.observe(ctx, span, f, e.now().Sub(start))
+	return f.res, nil
+}
+
+// lookup finds the tool a call names and starts the call's span.
+func (e *Executor) lookup(ctx context.Context, f *flight) (context.Context, trace.Span) {
+	f.res = &Result{ToolCallID: f.call.ToolCallID, ToolName: f.call.ToolName}
+	if f.res.ToolCallID == "" {
+		f.res.ToolCallID = NewCallID()
 	}
-	e.observe(ctx, span, caller, res, label, tier, p.decision, p.digest, e.now().Sub(start))
-	return res, nil
+	f.tool, _ = f.st.reg.Lookup(f.call.ToolName)
+	ctx, span := e.startSpan(ctx, "execute_tool "+f.label(), f.label(), f.res.ToolCallID)
+	if f.tool != nil && span.IsRecording() {
+		span.SetAttributes(attribute.String("gen_ai.tool.type", f.tool.Type), attribute.String("toolsvc.tool.tier", string(f.tool.Tier)))
+	}
+	return ctx, span
+}
+
+// label is the metric label and span name of the call's tool.
+func (f *flight) label() string {
+	if f.tool == nil {
+		return UnknownTool
+	}
+	return f.tool.Name
+}
+
+// checkCatalog refuses a tool outside the caller's catalog or the call's
+// own. A resumed call is checked against the caller and catalog it was
+// filed with.
+func (e *Executor) checkCatalog(f *flight) error {
+	if f.resumed != nil && f.resumed.Filed == nil {
+		return &Error{Code: CodePolicyDenied,
+			Message:    fmt.Sprintf("approval %s was filed by an earlier version that did not record the caller's restrictions, so it is not run", f.resumed.ID),
+			Suggestion: "Make the call again with a new toolCallId and have it approved again."}
+	}
+	if !f.caller.Sees(&f.tool.Definition) || (len(f.call.Catalog) > 0 && !containsString(f.call.Catalog, f.tool.Name)) {
+		return &Error{Code: CodeToolNotInCatalog,
+			Message:    fmt.Sprintf("tool %s is not in this caller's catalog", f.tool.Name),
+			Suggestion: "Use only the tools you were given."}
+	}
+	return nil
+}
+
+// decode decodes the arguments and validates them against the tool's
+// schema (again, for a resumed call: the tool may have been reloaded
+// since the call was filed).
+func (e *Executor) decode(ctx context.Context, f *flight) error {
+	span := trace.SpanFromContext(ctx)
+	args, value, derr := decodeArguments(f.call.Arguments, e.maxDepth)
+	if derr != nil {
+		span.AddEvent("validation_failed")
+		derr.Suggestion = f.tool.suggestion()
+		return derr
+	}
+	f.args, f.value = args, value
+	f.digest = ArgumentsDigest(value)
+	if e.content {
+		span.SetAttributes(attribute.String("gen_ai.tool.call.arguments", truncateMessage(string(args), TraceContentLimit)))
+	}
+	if err := f.tool.schema.Validate(value); err != nil {
+		span.AddEvent("validation_failed")
+		return validationError(f.tool, err)
+	}
+	// Only calls whose tier or request asks for it touch the store.
+	f.durable = e.store != nil && (f.tool.Tier != ReadOnly || (f.call.Record && f.call.ToolCallID != "") || f.resumed != nil)
+	return nil
+}
+
+// decide asks the policy about the call; a resumed call carries its
+// approver's decision.
+func (e *Executor) decide(ctx context.Context, f *flight) error {
+	if f.resumed != nil {
+		f.decision = Decision{Effect: Allow, Rule: f.resumed.Rule, Reason: "approved by " + f.resumed.DecidedBy}
+		return nil
+	}
+	d, err := f.st.policy.Decide(ctx, &PolicyInput{Tool: &f.tool.Definition, Arguments: f.args, Caller: f.caller, Context: f.call.Context})
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	if d.Effect == Ask && f.call.Approval != nil && f.call.Approval.Granted && f.caller.Has(ScopeApprove) {
+		d = Decision{Effect: Allow, Rule: d.Rule, Reason: "approved inline by " + cmp.Or(f.call.Approval.By, f.caller.ID)}
+	}
+	f.decision = d
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent("policy_decision", trace.WithAttributes(attribute.String("toolsvc.policy.decision", string(d.Effect)), attribute.String("toolsvc.policy.rule", d.Rule)))
+	}
+	if e.metrics != nil {
+		e.metrics.decisions.WithLabelValues(f.tool.Name, string(d.Effect)).Inc()
+	}
+	switch d.Effect {
+	case Allow, Ask:
+		return nil
+	}
+	msg := fmt.Sprintf("tool %s is denied by policy rule %s", f.tool.Name, d.Rule)
+	if d.Reason != "" {
+		msg += ": " + d.Reason
+	}
+	return &Error{Code: CodePolicyDenied, Message: msg, Suggestion: "Do not retry this call; choose another approach or ask the user."}
+}
+
+// approval files an approval request for a call the policy asks a human
+// about; the call ends here as pending and resumes at admission once
+// approved (Decide).
+func (e *Executor) approval(ctx context.Context, f *flight) error {
+	if f.decision.Effect != Ask {
+		return nil
+	}
+	if e.store == nil {
+		return &Error{Code: CodePolicyDenied,
+			Message:    fmt.Sprintf("tool %s requires human approval (rule %s), and this service keeps no approvals", f.tool.Name, f.decision.Rule),
+			Suggestion: "Tell the user this action needs their approval, or use a tool that does not."}
+	}
+	return e.ask(ctx, f)
+}
+
+// admit takes a slot of the service-wide limit and one of the tool's own.
+// An approved call has waited long enough: it runs even when the limits
+// are reached.
+func (e *Executor) admit(ctx context.Context, f *flight) (release func(), err error) {
+	if f.resumed != nil {
+		return func() {}, nil
+	}
+	return e.acquire(ctx, f.tool)
+}
+
+// runTool runs an admitted call under its timeout. release gives back its
+// concurrency slots once the handler has returned, which may be after the
+// answer when the handler ignores its deadline.
+func (e *Executor) runTool(ctx context.Context, f *flight, release func()) (any, error) {
+	timeout := f.tool.Timeout
+	if ms := f.call.TimeoutMs; ms > 0 && time.Duration(ms)*time.Millisecond < timeout {
+		timeout = time.Duration(ms) * time.Millisecond
+	}
+	if e.maxTime > 0 && timeout > e.maxTime {
+		timeout = e.maxTime
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.Int64("toolsvc.timeout_ms", timeout.Milliseconds()))
+	}
+	f.req = &Request{
+		Name: f.tool.Name, CallID: f.res.ToolCallID, Arguments: f.args, Context: f.call.Context,
+		MaxOutputBytes: f.tool.MaxOutputBytes, Caller: f.caller, Catalog: f.call.Catalog, spiller: e.spill,
+	}
+	return e.invoke(ctx, f.tool, f.req, timeout, release)
+}
+
+// cut encodes the output, cut to the tool's maxOutputBytes; a cut
+// output is kept whole in the spill store when the service keeps spills.
+func (e *Executor) cut(ctx context.Context, f *flight, out any) error {
+	return e.encodeResult(ctx, f.tool, f.req, out, f.res)
+}
+
+// finish stores the result of a recorded call and audits it.
+func (e *Executor) finish(ctx context.Context, f *flight) {
+	if f.recorded {
+		e.finishRecord(ctx, f)
+	}
 }
 
 // startSpan starts the execute_tool span of a call (OpenTelemetry GenAI
@@ -199,110 +456,6 @@ func (e *Executor) finalize(res *Result, tool *Tool, err error, start time.Time)
 		res.Status = StatusOK
 	}
 	return res
-}
-
-// progress is what the pipeline learned about a call on its way.
-type progress struct {
-	decision Decision
-	digest   string
-	args     json.RawMessage
-	// recorded: a running record was created and awaits the result.
-	recorded bool
-	// replayed: the result is a stored one, returned as it is.
-	replayed bool
-	// pending: the call waits for approval.
-	pending bool
-}
-
-func (e *Executor) run(ctx context.Context, st *state, caller *Caller, call *Call, tool *Tool, res *Result, p *progress) error {
-	if tool == nil {
-		return e.notFound(st.reg, caller, call.ToolName)
-	}
-	span := trace.SpanFromContext(ctx)
-	if span.IsRecording() {
-		span.SetAttributes(attribute.String("gen_ai.tool.type", tool.Type), attribute.String("toolsvc.tool.tier", string(tool.Tier)))
-	}
-	if !caller.Sees(&tool.Definition) || (len(call.Catalog) > 0 && !containsString(call.Catalog, tool.Name)) {
-		return &Error{Code: CodeToolNotInCatalog,
-			Message:    fmt.Sprintf("tool %s is not in this caller's catalog", tool.Name),
-			Suggestion: "Use only the tools you were given."}
-	}
-	args, value, derr := decodeArguments(call.Arguments)
-	if derr != nil {
-		span.AddEvent("validation_failed")
-		derr.Suggestion = tool.suggestion()
-		return derr
-	}
-	p.args = args
-	p.digest = ArgumentsDigest(value)
-	if e.content {
-		span.SetAttributes(attribute.String("gen_ai.tool.call.arguments", truncateMessage(string(args), TraceContentLimit)))
-	}
-	if err := tool.schema.Validate(value); err != nil {
-		span.AddEvent("validation_failed")
-		return validationError(tool, err)
-	}
-	// A call recorded before replays its stored outcome, whatever policy
-	// says now; only calls whose tier or request asks for it touch the store.
-	durable := e.store != nil && (tool.Tier != ReadOnly || (call.Record && call.ToolCallID != ""))
-	if durable && call.ToolCallID != "" {
-		rec, err := e.store.GetCall(ctx, caller.ID, res.ToolCallID)
-		switch {
-		case err == nil:
-			return e.replay(ctx, caller, rec, tool.Name, p, res)
-		case !errors.Is(err, ErrNotFound):
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
-		}
-	}
-	d, perr := st.policy.Decide(ctx, &PolicyInput{Tool: &tool.Definition, Arguments: args, Caller: caller, Context: call.Context})
-	if perr != nil {
-		return fmt.Errorf("policy: %w", perr)
-	}
-	if d.Effect == Ask && call.Approval != nil && call.Approval.Granted && caller.Has(ScopeApprove) {
-		d = Decision{Effect: Allow, Rule: d.Rule, Reason: "approved inline by " + cmp.Or(call.Approval.By, caller.ID)}
-	}
-	p.decision = d
-	if span.IsRecording() {
-		span.AddEvent("policy_decision", trace.WithAttributes(attribute.String("toolsvc.policy.decision", string(d.Effect)), attribute.String("toolsvc.policy.rule", d.Rule)))
-	}
-	if e.metrics != nil {
-		e.metrics.decisions.WithLabelValues(tool.Name, string(d.Effect)).Inc()
-	}
-	switch d.Effect {
-	case Allow:
-	case Ask:
-		if e.store == nil {
-			return &Error{Code: CodePolicyDenied,
-				Message:    fmt.Sprintf("tool %s requires human approval (rule %s), and this service keeps no approvals", tool.Name, d.Rule),
-				Suggestion: "Tell the user this action needs their approval, or use a tool that does not."}
-		}
-		return e.ask(ctx, caller, call, tool, d, p, res)
-	default:
-		msg := fmt.Sprintf("tool %s is denied by policy rule %s", tool.Name, d.Rule)
-		if d.Reason != "" {
-			msg += ": " + d.Reason
-		}
-		return &Error{Code: CodePolicyDenied, Message: msg, Suggestion: "Do not retry this call; choose another approach or ask the user."}
-	}
-	release, err := e.acquire(ctx, tool)
-	if err != nil {
-		return err
-	}
-	defer release()
-	if durable {
-		rec, created, err := e.store.BeginCall(ctx, &CallRecord{
-			CallerID: caller.ID, ToolCallID: res.ToolCallID, ToolName: tool.Name, ArgumentsDigest: p.digest,
-			Arguments: args, Context: call.Context, State: CallRunning,
-		})
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
-		}
-		if !created {
-			return e.replay(ctx, caller, rec, tool.Name, p, res)
-		}
-		p.recorded = true
-	}
-	return e.execute(ctx, tool, caller, res, args, call.Context, call.Catalog, call.TimeoutMs)
 }
 
 // acquire takes a slot of the service-wide limit and one of the tool's
@@ -351,36 +504,6 @@ func takeSlot(ctx context.Context, slots chan struct{}) (release func(), err err
 	}
 }
 
-// execute runs an admitted call under its timeout and encodes its output.
-func (e *Executor) execute(ctx context.Context, tool *Tool, caller *Caller, res *Result, args json.RawMessage, cc CallContext, catalog []string, timeoutMs int64) error {
-	timeout := tool.Timeout
-	if timeoutMs > 0 && time.Duration(timeoutMs)*time.Millisecond < timeout {
-		timeout = time.Duration(timeoutMs) * time.Millisecond
-	}
-	if e.maxTime > 0 && timeout > e.maxTime {
-		timeout = e.maxTime
-	}
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attribute.Int64("toolsvc.timeout_ms", timeout.Milliseconds()))
-	}
-	out, err := e.invoke(ctx, tool, &Request{
-		Name: tool.Name, CallID: res.ToolCallID, Arguments: args, Context: cc,
-		MaxOutputBytes: tool.MaxOutputBytes, Caller: caller, Catalog: catalog,
-	}, timeout)
-	if err != nil {
-		return err
-	}
-	raw, truncated, original, merr := encodeOutput(out, tool.MaxOutputBytes)
-	if merr != nil {
-		return fmt.Errorf("%w: output is not JSON-serialisable: %v", errInternal, merr)
-	}
-	res.Output, res.Truncated = raw, truncated
-	if truncated {
-		res.OriginalBytes = original
-	}
-	return nil
-}
-
 // capacityWaitKey carries, in a batch's context, how long a call may wait
 // for a free slot before it counts as overloaded.
 type capacityWaitKey struct{}
@@ -395,8 +518,10 @@ type outcome struct {
 }
 
 // invoke runs the handler under the timeout. A handler that ignores its
-// context is abandoned at the deadline, so the caller always gets an answer.
-func (e *Executor) invoke(ctx context.Context, tool *Tool, req *Request, timeout time.Duration) (any, error) {
+// context is abandoned at the deadline, so the caller always gets an
+// answer; it keeps its concurrency slots (release runs when the handler
+// really returns) and is counted until then.
+func (e *Executor) invoke(ctx context.Context, tool *Tool, req *Request, timeout time.Duration, release func()) (any, error) {
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req.Deadline, _ = tctx.Deadline()
@@ -409,14 +534,28 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, req *Request, timeout
 	if done == nil {
 		done = make(chan outcome, 1)
 	}
+	// fate is running until the handler returns or is abandoned, whichever
+	// comes first; an abandoned handler is counted until it returns.
+	var fate atomic.Int32
+	returned := func() {
+		release()
+		if !fate.CompareAndSwap(handlerRunning, handlerReturned) {
+			e.log.Info("abandoned tool returned", "tool", tool.Name, "toolCallId", req.CallID)
+			if e.metrics != nil {
+				e.metrics.abandoned.WithLabelValues(tool.Name).Dec()
+			}
+		}
+	}
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
 				e.log.Error("tool panicked", "tool", tool.Name, "toolCallId", req.CallID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				returned()
 				done <- outcome{err: fmt.Errorf("%w: tool %s panicked", errInternal, tool.Name)}
 			}
 		}()
 		out, err := tool.Handler.Run(tctx, req)
+		returned()
 		done <- outcome{out, err}
 	}()
 	select {
@@ -439,7 +578,16 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, req *Request, timeout
 		case <-done:
 			e.answers.Put(done)
 		case <-grace.C:
-			e.log.Warn("tool did not return after its deadline; abandoned", "tool", tool.Name, "toolCallId", req.CallID)
+			if fate.CompareAndSwap(handlerRunning, handlerAbandoned) {
+				e.log.Warn("tool did not return after its deadline; abandoned, its concurrency slot stays taken until it returns", "tool", tool.Name, "toolCallId", req.CallID)
+				if e.metrics != nil {
+					e.metrics.abandonedTotal.WithLabelValues(tool.Name).Inc()
+					e.metrics.abandoned.WithLabelValues(tool.Name).Inc()
+				}
+			} else {
+				<-done
+				e.answers.Put(done)
+			}
 		}
 		if ctx.Err() != nil {
 			return nil, canceledError(ctx)
@@ -447,6 +595,13 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, req *Request, timeout
 		return nil, timeoutError(tool, timeout)
 	}
 }
+
+// The fates of a handler goroutine.
+const (
+	handlerRunning int32 = iota
+	handlerReturned
+	handlerAbandoned
+)
 
 // abandonGrace is how long a tool may take to return once its context
 // ends: long enough for a process sandbox to stop a process group
@@ -472,10 +627,15 @@ func (e *Executor) notFound(reg *Registry, caller *Caller, name string) *Error {
 	if name == "" {
 		err.Message = "no tool name given"
 	}
+	if how, ok := e.disabled[name]; ok {
+		err.Message = fmt.Sprintf("tool %s is disabled on this service (%s)", name, how)
+		err.Suggestion = "Do not call " + name + "; make the calls it would make one by one."
+		return err
+	}
 	if close := reg.Closest(caller, name, 3); len(close) > 0 {
 		err.Suggestion = "Did you mean " + strings.Join(close, ", ") + "?"
 	} else {
-		err.Suggestion = "List the available tools and use one of their exact names."
+		err.Suggestion = "No tool has a similar name. Use one of the exact names of the catalog (GET /tools lists it)."
 	}
 	return err
 }
@@ -510,7 +670,12 @@ func (e *Executor) toError(err error, tool *Tool) *Error {
 // records when content tracing is on.
 const TraceContentLimit = 8192
 
-func (e *Executor) observe(ctx context.Context, span trace.Span, caller *Caller, res *Result, label string, tier Tier, d Decision, digest string, elapsed time.Duration) {
+func (e *Executor) observe(ctx context.Context, span trace.Span, f *flight, elapsed time.Duration) {
+	res, label, caller, d, digest := f.res, f.label(), f.caller, f.decision, f.digest
+	tier := Tier("")
+	if f.tool != nil {
+		tier = f.tool.Tier
+	}
 	code := string(res.Code())
 	if span.IsRecording() {
 		if res.Error != nil {
@@ -524,6 +689,10 @@ func (e *Executor) observe(ctx context.Context, span trace.Span, caller *Caller,
 		if d.Effect != "" {
 			span.SetAttributes(attribute.String("toolsvc.policy.decision", string(d.Effect)))
 		}
+		if caller.Issuer != "" {
+			// Who vouched for a token caller; never the token.
+			span.SetAttributes(attribute.String("toolsvc.caller.issuer", caller.Issuer), attribute.String("toolsvc.caller.subject", caller.Subject))
+		}
 	}
 	if e.metrics != nil {
 		e.metrics.calls.WithLabelValues(label, string(tier), string(res.Status), code).Inc()
@@ -534,16 +703,26 @@ func (e *Executor) observe(ctx context.Context, span trace.Span, caller *Caller,
 	}
 	// The call's context carries the trace ids to the log line; its
 	// cancellation does not matter to logging.
-	e.log.LogAttrs(ctx, slog.LevelInfo, "tool call",
-		slog.String("caller", caller.ID), slog.String("tool", label), slog.String("tier", string(tier)),
+	// Room for every attribute, so the line's attributes are gathered
+	// without growing the slice.
+	var room [14]slog.Attr
+	attrs := append(room[:0], slog.String("caller", caller.ID))
+	if caller.Issuer != "" {
+		attrs = append(attrs, slog.String("issuer", caller.Issuer), slog.String("subject", caller.Subject))
+	}
+	attrs = append(attrs, slog.String("tool", label), slog.String("tier", string(tier)),
 		slog.String("toolCallId", res.ToolCallID), slog.String("decision", string(d.Effect)), slog.String("rule", d.Rule),
 		slog.String("status", string(res.Status)), slog.String("code", code),
 		slog.Int64("durationMs", res.DurationMs), slog.String("argumentsDigest", digest))
+	if id := RequestIDFrom(ctx); id != "" {
+		attrs = append(attrs, slog.String("requestId", id))
+	}
+	e.log.LogAttrs(ctx, slog.LevelInfo, "tool call", attrs...)
 }
 
 // decodeArguments accepts an object, a string holding one, or nothing
 // (an empty object). It returns the object's JSON and its decoded value.
-func decodeArguments(raw json.RawMessage) (json.RawMessage, any, *Error) {
+func decodeArguments(raw json.RawMessage, maxDepth int) (json.RawMessage, any, *Error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		raw = json.RawMessage("{}")
@@ -561,11 +740,45 @@ func decodeArguments(raw json.RawMessage) (json.RawMessage, any, *Error) {
 	if raw[0] != '{' {
 		return nil, nil, &Error{Code: CodeInvalidArguments, Message: "arguments must be a JSON object (or a string holding one), got " + describeJSON(raw)}
 	}
+	if maxDepth > 0 && !WithinDepth(raw, maxDepth) {
+		return nil, nil, &Error{Code: CodeInvalidArguments, Message: fmt.Sprintf("arguments nest deeper than %d levels", maxDepth)}
+	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, nil, &Error{Code: CodeInvalidArguments, Message: "arguments are not valid JSON: " + err.Error()}
 	}
 	return raw, v, nil
+}
+
+// WithinDepth reports whether the JSON in b nests at most max levels,
+// before any decoder spends memory or stack on it.
+func WithinDepth(b []byte, max int) bool {
+	depth, inString, escaped := 0, false, false
+	for _, c := range b {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+			if depth > max {
+				return false
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return true
 }
 
 func describeJSON(raw []byte) string {

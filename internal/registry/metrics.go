@@ -18,6 +18,11 @@ type Metrics struct {
 	truncated *prometheus.CounterVec
 	decisions *prometheus.CounterVec
 	approvals prometheus.Gauge
+	// abandonedTotal counts handlers that did not return by their
+	// deadline; abandoned is those of them still running.
+	abandonedTotal *prometheus.CounterVec
+	abandoned      *prometheus.GaugeVec
+	backlog        prometheus.Gauge
 }
 
 // DurationBuckets suit tool calls from 1 ms to 300 s.
@@ -54,6 +59,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "toolsvc_approvals_pending",
 			Help: "Calls waiting for a human decision.",
 		}),
+		abandonedTotal: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolsvc_tool_calls_abandoned_total",
+			Help: "Tool handlers that had not returned a second after their deadline; each keeps its concurrency slot until it returns.",
+		}, []string{"tool"}),
+		abandoned: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "toolsvc_tool_calls_abandoned",
+			Help: "Abandoned tool handlers still running (holding their concurrency slots).",
+		}, []string{"tool"}),
+		backlog: f.NewGauge(prometheus.GaugeOpts{
+			Name: "toolsvc_store_backlog",
+			Help: "Results and audit entries the store did not take, held in memory and retried.",
+		}),
+	}
+}
+
+func (m *Metrics) setBacklog(n int) {
+	if m != nil {
+		m.backlog.Set(float64(n))
 	}
 }
 
@@ -74,4 +97,14 @@ func observeWithTrace(o prometheus.Observer, sc trace.SpanContext, v float64) {
 		return
 	}
 	o.Observe(v)
+}
+
+// AbandonedTotal returns the counter of abandoned handlers of tool.
+func (m *Metrics) AbandonedTotal(tool string) prometheus.Counter {
+	return m.abandonedTotal.WithLabelValues(tool)
+}
+
+// Abandoned returns the gauge of abandoned handlers of tool still running.
+func (m *Metrics) Abandoned(tool string) prometheus.Gauge {
+	return m.abandoned.WithLabelValues(tool)
 }

@@ -34,6 +34,10 @@ type Decision struct {
 	// Rule names the rule, or "tier-default:<tier>".
 	Rule   string `json:"rule"`
 	Reason string `json:"reason,omitempty"`
+	// CallerMayApprove, on an ask decision, lets the calling user decide
+	// the approval request themselves (in an MCP client that can answer an
+	// elicitation), besides approvers; false keeps it to approvers.
+	CallerMayApprove bool `json:"callerMayApprove,omitempty"`
 }
 
 // PolicyInput is what policy decides on.

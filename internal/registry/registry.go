@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"runtime"
@@ -28,6 +29,7 @@ type Registry struct {
 	tools  []*Tool // sorted by name
 	byName map[string]*Tool
 	keys   []searchKey // keys[i] is the search key of tools[i]
+	index  *nameIndex  // finds the names near a misspelt one
 }
 
 // New validates and compiles tools into a registry: names checked, schemas
@@ -69,6 +71,7 @@ func New(d Defaults, tools ...*Tool) (*Registry, error) {
 	for i, t := range r.tools {
 		r.keys[i] = newSearchKey(t)
 	}
+	r.index = newNameIndex(r.tools)
 	return r, nil
 }
 
@@ -140,8 +143,15 @@ func prepare(t *Tool, d Defaults) error {
 		return err
 	}
 	t.schema = sch
+	t.output = nil
+	if len(bytes.TrimSpace(t.OutputSchema)) > 0 {
+		if t.output, err = compileOutputSchema(t.Name, t.OutputSchema); err != nil {
+			return err
+		}
+	}
 	name, params := t.Name, t.Parameters
 	t.suggestion = sync.OnceValue(func() string { return exampleSuggestion(name, params) })
+	t.strict = sync.OnceValue(func() *StrictForm { return strictForm(params) })
 	t.spanName = "execute_tool " + t.Name
 	t.lowerName = strings.ToLower(t.Name)
 	return nil
@@ -207,104 +217,4 @@ func (r *Registry) List(caller *Caller, f Filter) []*Tool {
 		return sortHits(hits)
 	}
 	return out
-}
-
-// Closest returns up to n names the caller may see that are closest to
-// name, for the suggestion of E_TOOL_NOT_FOUND.
-func (r *Registry) Closest(caller *Caller, name string, n int) []string {
-	type scored struct {
-		name string
-		dist int
-	}
-	lname := strings.ToLower(name)
-	limit := max(3, len(name)/3)
-	names := make([]string, 0, n)
-	query := []rune(lname)
-	// Tool names have at most MaxNameLength characters, and the distance
-	// is at least the difference in length: a much longer name is near
-	// none of them, nor contained in any.
-	if len(query) > MaxNameLength+limit {
-		return names
-	}
-	// Keep only the best n, in order, however many names are near.
-	best := make([]scored, 0, n+1)
-	for _, t := range r.tools {
-		if caller != nil && !caller.Sees(&t.Definition) {
-			continue
-		}
-		ln := t.lowerName
-		contained := len(lname) >= 3 && strings.Contains(ln, lname)
-		if !contained && abs(len(query)-len(ln)) > limit {
-			continue // too far apart in length alone
-		}
-		d := nameDistance(query, ln)
-		if d > limit && !contained {
-			continue
-		}
-		s := scored{t.Name, d}
-		i, _ := slices.BinarySearchFunc(best, s, func(a, b scored) int {
-			return cmp.Or(cmp.Compare(a.dist, b.dist), strings.Compare(a.name, b.name))
-		})
-		if i < n {
-			best = slices.Insert(best, i, s)[:min(len(best)+1, n)]
-		}
-	}
-	for _, s := range best {
-		names = append(names, s.name)
-	}
-	return names
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
-
-// nameDistance is the Levenshtein distance between a (as runes) and a
-// registered tool name b, which is ASCII and at most MaxNameLength long,
-// computed without allocating.
-func nameDistance(a []rune, b string) int {
-	if len(b) > MaxNameLength {
-		return levenshtein(string(a), b)
-	}
-	var rows [2][MaxNameLength + 1]int
-	prev, cur := rows[0][:len(b)+1], rows[1][:len(b)+1]
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == rune(b[j-1]) {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
-
-func levenshtein(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
 }

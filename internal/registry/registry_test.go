@@ -309,9 +309,12 @@ func TestHugeOutputIsTruncated(t *testing.T) {
 		if err := json.Unmarshal(res.Output, &s); err != nil {
 			t.Fatalf("%s: output is not a JSON string: %v", name, err)
 		}
-		marker := "[output truncated: " + itoa(res.OriginalBytes) + " bytes total]"
-		if !strings.HasSuffix(s, marker) {
-			t.Errorf("%s: output does not end with %q", name, marker)
+		_, marker, _ := strings.Cut(s, "\n[output truncated: ")
+		marker = "[output truncated: " + marker
+		// What the output shows plus what it omits is the whole output.
+		shown := int64(len(res.Output) - len(marker) - 3) // the quotes and the escaped newline before the marker; the marker has no escapes
+		if want := "[output truncated: " + itoa(res.OriginalBytes) + " bytes total, " + itoa(res.OriginalBytes-shown) + " omitted; the full output was not kept]"; marker != want {
+			t.Errorf("%s: marker %q, want %q", name, marker, want)
 		}
 		if len(res.Output) > 16384+len(marker)+4 {
 			t.Errorf("%s: output is %d bytes", name, len(res.Output))
@@ -369,10 +372,11 @@ func FuzzEncodeOutput(f *testing.F) {
 			if err := json.Unmarshal(out, &str); err != nil {
 				t.Fatal(err)
 			}
-			marker := "\n[output truncated: " + itoa(original) + " bytes total]"
-			if !strings.HasSuffix(str, marker) {
+			i := strings.LastIndex(str, "\n[output truncated: "+itoa(original)+" bytes total, ")
+			if i < 0 || !strings.HasSuffix(str, " omitted]") {
 				t.Fatalf("no marker in %q", str)
 			}
+			marker := str[i:]
 			if len(out)-len(marker)-2 > limit { // the marker's newline encodes as two bytes
 				t.Fatalf("truncated output of %d bytes over limit %d", len(out), limit)
 			}
@@ -402,7 +406,7 @@ func closestReference(r *Registry, name string, n int) []string {
 	var found []scored
 	for _, t := range r.tools {
 		ln := strings.ToLower(t.Name)
-		d := levenshtein(lname, ln)
+		d := EditDistance(lname, ln)
 		if d > limit && !(len(lname) >= 3 && strings.Contains(ln, lname)) {
 			continue
 		}

@@ -27,28 +27,33 @@ func (noLoader) Load(url string) (any, error) {
 // compileSchema compiles a tool's parameters schema: draft 2020-12 unless
 // $schema says otherwise, formats asserted, no external references.
 func compileSchema(name string, raw json.RawMessage) (*jsonschema.Schema, error) {
+	return compileObjectSchema("parameters", "toolsvc:///tools/"+name+".json", raw)
+}
+
+// compileObjectSchema compiles a schema whose root must be type: object;
+// what names it in errors ("parameters", "output").
+func compileObjectSchema(what, url string, raw json.RawMessage) (*jsonschema.Schema, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil, errors.New("parameters schema is missing")
+		return nil, fmt.Errorf("%s schema is missing", what)
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		return nil, fmt.Errorf("parameters schema is not valid JSON: %w", err)
+		return nil, fmt.Errorf("%s schema is not valid JSON: %w", what, err)
 	}
 	obj, ok := doc.(map[string]any)
 	if !ok || obj["type"] != "object" {
-		return nil, errors.New(`parameters schema root must have "type": "object"`)
+		return nil, fmt.Errorf(`%s schema root must have "type": "object"`, what)
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
 	c.UseLoader(noLoader{})
-	url := "toolsvc:///tools/" + name + ".json"
 	if err := c.AddResource(url, doc); err != nil {
-		return nil, fmt.Errorf("parameters schema: %w", err)
+		return nil, fmt.Errorf("%s schema: %w", what, err)
 	}
 	sch, err := c.Compile(url)
 	if err != nil {
-		return nil, fmt.Errorf("parameters schema: %w", err)
+		return nil, fmt.Errorf("%s schema: %w", what, err)
 	}
 	return sch, nil
 }

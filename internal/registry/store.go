@@ -55,6 +55,9 @@ type CallRecord struct {
 	// E_INTERRUPTED), for a pending call the approval's expiry, and zero
 	// once done.
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	// TraceID is the W3C trace id (32 hex digits) of the call that created
+	// the record; empty when the call had no trace.
+	TraceID string `json:"traceId,omitempty"`
 }
 
 // Matches reports whether a call of toolName with arguments of digest is a
@@ -117,6 +120,11 @@ type Approval struct {
 	DecidedAt      time.Time `json:"decidedAt,omitzero"`
 	DecidedBy      string    `json:"decidedBy,omitempty"`
 	DecisionReason string    `json:"decisionReason,omitempty"`
+	// Filed is what the call was filed with (the caller's identity and
+	// restrictions, the request's catalog and timeout); an approved call
+	// runs with it. Requests stored before it was kept have none and are
+	// not run.
+	Filed *Filing `json:"-"`
 }
 
 // ApprovalFilter selects approval requests.
@@ -136,8 +144,10 @@ type AuditEntry struct {
 	// ID is assigned by the store, increasing in insertion order.
 	ID   int64     `json:"id"`
 	Time time.Time `json:"time"`
-	// Event is "call" for a call, or "approval" for an approver's decision
-	// (then CallerID is the approver's and Decision allow or deny).
+	// Event is "call" for a call, "approval" for an approver's decision
+	// (then CallerID is the approver's and Decision allow or deny), or
+	// "caller-approval" for the calling user's own decision on a call a
+	// rule let them approve (then CallerID is the caller's).
 	Event           string `json:"event"`
 	CallerID        string `json:"callerId"`
 	ToolCallID      string `json:"toolCallId,omitempty"`
@@ -149,6 +159,11 @@ type AuditEntry struct {
 	Code            Code   `json:"code,omitempty"`
 	DurationMs      int64  `json:"durationMs"`
 	ArgumentsDigest string `json:"argumentsDigest,omitempty"`
+	// Issuer and Subject name who vouched for a token caller (Caller.Issuer
+	// and Caller.Subject; for an approval, the approver's); empty for
+	// static credentials. Never the token itself.
+	Issuer  string `json:"issuer,omitempty"`
+	Subject string `json:"subject,omitempty"`
 }
 
 // AuditFilter selects audit entries, oldest first.
@@ -215,6 +230,10 @@ type Store interface {
 	// lapsed. Call it at start and periodically (RunRetention does). It
 	// returns how many calls it ended.
 	InterruptRunning(ctx context.Context) (int, error)
+	// ReleaseCall stops renewing the lease of a running call this store
+	// runs whose result will not be recorded through it; the record
+	// lapses and then reads E_INTERRUPTED.
+	ReleaseCall(callerID, toolCallID string)
 
 	// CreateApproval stores a pending approval request; a.ID must be new.
 	CreateApproval(ctx context.Context, a *Approval) error

@@ -11,21 +11,33 @@ import (
 // Output that fits is returned as it is. Output that does not becomes a JSON
 // string: the text of a string output, or the JSON text of any other output,
 // cut on a character boundary so that the encoded string stays within limit,
-// followed by the marker "[output truncated: N bytes total]". Either way the
-// result is valid JSON and valid UTF-8.
+// followed by the marker "[output truncated: N bytes total, M omitted]".
+// Either way the result is valid JSON and valid UTF-8.
 func encodeOutput(v any, limit int) (out json.RawMessage, truncated bool, original int64, err error) {
+	return encodeOutputMark(v, limit, nil)
+}
+
+// cutMark builds the marker of a cut output. full is the text that was
+// cut (a string output's text, or any other output's JSON text), kept how
+// many of its bytes the output shows, total the output's serialized size
+// and omitted how many of those bytes the output does not show.
+type cutMark func(full string, kept int, total, omitted int64) string
+
+// encodeOutputMark is encodeOutput with the marker built by mark (nil:
+// the marker without read-on hint).
+func encodeOutputMark(v any, limit int, mark cutMark) (out json.RawMessage, truncated bool, original int64, err error) {
 	if s, ok := v.(string); ok {
 		n := quotedLen(s)
 		if limit <= 0 || n <= limit {
 			return appendQuoted(make([]byte, 0, n), s), false, int64(n), nil
 		}
-		return truncatedString(s, limit, int64(n)), true, int64(n), nil
+		return truncatedString(s, s, limit, int64(n), mark), true, int64(n), nil
 	}
 	var b []byte
 	if raw, ok := v.(json.RawMessage); ok {
 		if !json.Valid(raw) {
 			s := string(raw)
-			return encodeOutput(s, limit)
+			return encodeOutputMark(s, limit, mark)
 		}
 		b = raw
 	} else {
@@ -41,17 +53,24 @@ func encodeOutput(v any, limit int) (out json.RawMessage, truncated bool, origin
 		return b, false, int64(len(b)), nil
 	}
 	// Any text of at least limit bytes encodes to at least limit bytes.
-	return truncatedString(string(b[:limit]), limit, int64(len(b))), true, int64(len(b)), nil
+	// The structured output is never clipped as JSON: its text becomes a
+	// string, and the spill holds all of it.
+	return truncatedString(string(b[:limit]), string(b), limit, int64(len(b)), mark), true, int64(len(b)), nil
 }
 
-// truncatedString encodes the longest prefix of s whose JSON string form
-// (with its opening quote) fits in limit bytes, then the marker.
-func truncatedString(s string, limit int, total int64) json.RawMessage {
-	marker := "\n[output truncated: " + strconv.FormatInt(total, 10) + " bytes total]"
-	out := make([]byte, 0, limit+len(marker)+4)
+// truncatedString encodes the longest prefix of s (a prefix of full) whose
+// JSON string form (with its opening quote) fits in limit bytes, then the
+// marker.
+func truncatedString(s, full string, limit int, total int64, mark cutMark) json.RawMessage {
+	out := make([]byte, 0, limit+256)
 	out = append(out, '"')
-	out = appendBody(out, s, limit-1)
-	out = appendBody(out, marker, -1)
+	out, kept := appendBodyN(out, s, limit-1)
+	omitted := total - int64(len(out))
+	marker := "[output truncated: " + strconv.FormatInt(total, 10) + " bytes total, " + strconv.FormatInt(omitted, 10) + " omitted]"
+	if mark != nil {
+		marker = mark(full, kept, total, omitted)
+	}
+	out = appendBody(out, "\n"+marker, -1)
 	return append(out, '"')
 }
 
@@ -65,18 +84,25 @@ func appendQuoted(dst []byte, s string) []byte {
 // appendBody appends the escaped characters of s. With limit >= 0 it stops
 // before the appended bytes would exceed limit.
 func appendBody(dst []byte, s string, limit int) []byte {
+	dst, _ = appendBodyN(dst, s, limit)
+	return dst
+}
+
+// appendBodyN is appendBody that also returns how many bytes of s it
+// consumed.
+func appendBodyN(dst []byte, s string, limit int) ([]byte, int) {
 	start := len(dst)
 	var enc [8]byte
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		e := appendEscaped(enc[:0], r)
 		if limit >= 0 && len(dst)-start+len(e) > limit {
-			break
+			return dst, i
 		}
 		dst = append(dst, e...)
 		i += size
 	}
-	return dst
+	return dst, len(s)
 }
 
 func appendEscaped(dst []byte, r rune) []byte {

@@ -1,0 +1,73 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
+
+// The audit events of decisions on approval requests.
+const (
+	// AuditApproval is an approver's decision (POST /approvals/{id}, the
+	// console).
+	AuditApproval = "approval"
+	// AuditCallerApproval is the calling user's own decision on a call
+	// that a rule with callerMayApprove sent for approval.
+	AuditCallerApproval = "caller-approval"
+)
+
+// ErrCallerMayNotApprove means the rule that asked for an approval request
+// keeps it to approvers: the caller may not decide it.
+var ErrCallerMayNotApprove = errors.New("the rule that asked for this approval keeps it to approvers (it does not set callerMayApprove)")
+
+// CallerMayApprove reports whether the rule that filed a lets its caller
+// decide it.
+func (a *Approval) CallerMayApprove() bool {
+	return a != nil && a.Filed != nil && a.Filed.CallerMayApprove
+}
+
+// CallerApproval returns approval request id when caller may decide it
+// themselves: it is caller's own and the rule that asked for it set
+// callerMayApprove. Another caller's request is ErrNotFound, one kept to
+// approvers ErrCallerMayNotApprove.
+func (e *Executor) CallerApproval(ctx context.Context, caller *Caller, id string) (*Approval, error) {
+	if e.store == nil {
+		return nil, ErrNoStore
+	}
+	a, err := e.store.GetApproval(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if a.CallerID != caller.ID {
+		return nil, ErrNotFound
+	}
+	if !a.CallerMayApprove() {
+		return nil, ErrCallerMayNotApprove
+	}
+	return a, nil
+}
+
+// DecideAsCaller records the calling user's own verdict on their approval
+// request, as CallerApproval allows. It is Decide with the caller as the
+// approver: the same request, decided once whoever comes first (an
+// approver's POST /approvals/{id} or the caller), the call run once on
+// approve; the loser gets the outcome of the winner's decision. The audit
+// entry is an AuditCallerApproval.
+func (e *Executor) DecideAsCaller(ctx context.Context, caller *Caller, id string, v Verdict, reason string) (*Approval, *Result, error) {
+	if _, err := e.CallerApproval(ctx, caller, id); err != nil {
+		return nil, nil, err
+	}
+	return e.decideApproval(ctx, caller, id, v, reason, AuditCallerApproval)
+}
+
+// Binds reports whether a call (its tool name and arguments, as a client
+// sends them again) is the call approval request a was filed for: the
+// same tool and the same arguments digest. Arguments nested deeper than
+// maxDepth (0: unbounded) are not decoded and do not bind.
+func (a *Approval) Binds(toolName string, arguments json.RawMessage, maxDepth int) bool {
+	if a == nil || toolName != a.ToolName {
+		return false
+	}
+	_, v, derr := decodeArguments(arguments, maxDepth)
+	return derr == nil && ArgumentsDigest(v) == a.ArgumentsDigest
+}

@@ -1,0 +1,342 @@
+package registry_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
+)
+
+var object = json.RawMessage(`{"type":"object"}`)
+
+func openSQLite(t *testing.T) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func newRegistry(t *testing.T, tools ...*registry.Tool) *registry.Registry {
+	t.Helper()
+	reg, err := registry.New(registry.Defaults{Timeout: 30 * time.Second, MaxOutputBytes: 16384, ErrorMessageLimit: 1000}, tools...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// approve files call as caller (it must be privileged, so it asks) and
+// approves it, returning the result the approved call ends with.
+func approve(t *testing.T, e *registry.Executor, caller *registry.Caller, call *registry.Call) *registry.Result {
+	t.Helper()
+	res, err := e.Execute(t.Context(), caller, call)
+	if err != nil || res.Status != registry.StatusPendingApproval {
+		t.Fatalf("filing: %v %+v", err, res)
+	}
+	_, out, err := e.Decide(t.Context(), registry.Anonymous(), res.Approval.ID, registry.VerdictApprove, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestApprovedCallKeepsFilingCatalog: an approved plan-like call runs as
+// the caller that filed it, so the sub-call it makes to a tool outside
+// that caller's catalog (or outside the request's catalog) is refused.
+func TestApprovedCallKeepsFilingCatalog(t *testing.T) {
+	var secretRuns atomic.Int32
+	var e *registry.Executor
+	plan := &registry.Tool{
+		Definition: registry.Definition{Name: "plan__execute", Description: "Runs one step.", Tier: registry.Privileged,
+			Parameters: json.RawMessage(`{"type":"object","properties":{"tool":{"type":"string"}},"required":["tool"]}`)},
+		Handler: registry.Func(func(ctx context.Context, req *registry.Request) (any, error) {
+			var args struct{ Tool string }
+			if err := json.Unmarshal(req.Arguments, &args); err != nil {
+				return nil, err
+			}
+			res, err := e.Execute(ctx, req.Caller, &registry.Call{ToolName: args.Tool, Catalog: req.Catalog})
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"status": res.Status, "code": res.Code()}, nil
+		}),
+	}
+	secret := &registry.Tool{
+		Definition: registry.Definition{Name: "http__get", Description: "Fetches.", Tier: registry.ReadOnly, Parameters: object},
+		Handler: registry.Func(func(context.Context, *registry.Request) (any, error) {
+			secretRuns.Add(1)
+			return "fetched", nil
+		}),
+	}
+	public := &registry.Tool{
+		Definition: registry.Definition{Name: "text__upper", Description: "Uppercases.", Tier: registry.ReadOnly, Parameters: object},
+		Handler:    registry.Func(func(context.Context, *registry.Request) (any, error) { return "OK", nil }),
+	}
+	e = registry.NewExecutor(registry.Options{Registry: newRegistry(t, plan, secret, public), Store: openSQLite(t)})
+
+	restricted := &registry.Caller{ID: "alice", Tools: []string{"plan__*", "text__*"}, Scopes: []registry.Scope{registry.ScopeCall}}
+	for _, tc := range []struct {
+		name    string
+		caller  *registry.Caller
+		catalog []string
+	}{
+		{"caller's globs", restricted, nil},
+		{"request's catalog", &registry.Caller{ID: "bob", Scopes: []registry.Scope{registry.ScopeCall}}, []string{"plan__execute", "text__upper"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := approve(t, e, tc.caller, &registry.Call{ToolCallID: "plan-" + tc.caller.ID, ToolName: "plan__execute",
+				Arguments: json.RawMessage(`{"tool":"http__get"}`), Catalog: tc.catalog})
+			if out.Status != registry.StatusOK || !strings.Contains(string(out.Output), string(registry.CodeToolNotInCatalog)) {
+				t.Fatalf("approved plan reached a tool outside the filing catalog: %+v %s", out, out.Output)
+			}
+			out = approve(t, e, tc.caller, &registry.Call{ToolCallID: "plan-ok-" + tc.caller.ID, ToolName: "plan__execute",
+				Arguments: json.RawMessage(`{"tool":"text__upper"}`), Catalog: tc.catalog})
+			if out.Status != registry.StatusOK || !strings.Contains(string(out.Output), `"ok"`) {
+				t.Fatalf("approved plan could not use a tool in its catalog: %+v %s", out, out.Output)
+			}
+		})
+	}
+	if n := secretRuns.Load(); n != 0 {
+		t.Fatalf("http__get ran %d times", n)
+	}
+}
+
+// TestApprovedCallKeepsTimeout: an approved call filed with timeoutMs 1000
+// is stopped at 1s, not at the tool's 30s default.
+func TestApprovedCallKeepsTimeout(t *testing.T) {
+	loop := &registry.Tool{
+		Definition: registry.Definition{Name: "shell__loop", Description: "Loops.", Tier: registry.Privileged, Parameters: object},
+		Handler: registry.Func(func(ctx context.Context, _ *registry.Request) (any, error) {
+			for ctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+			}
+			return nil, ctx.Err()
+		}),
+	}
+	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, loop), Store: openSQLite(t)})
+	out := approve(t, e, &registry.Caller{ID: "alice", Scopes: []registry.Scope{registry.ScopeCall}},
+		&registry.Call{ToolCallID: "loop-1", ToolName: "shell__loop", TimeoutMs: 1000})
+	if out.Code() != registry.CodeTimeout || !strings.Contains(out.Error.Message, "within 1s") {
+		t.Fatalf("approved call with timeoutMs 1000 ended %+v, want E_TIMEOUT within 1s", out.Error)
+	}
+}
+
+// TestAbandonedHandlerKeepsItsSlot: a handler that ignores its deadline
+// answers E_TIMEOUT but keeps the only slot until it returns, and is
+// counted meanwhile.
+func TestAbandonedHandlerKeepsItsSlot(t *testing.T) {
+	unblock := make(chan struct{})
+	stuck := &registry.Tool{
+		Definition: registry.Definition{Name: "fs__search", Description: "Ignores its context.", Tier: registry.ReadOnly, Parameters: object,
+			Timeout: 50 * time.Millisecond},
+		Handler: registry.Func(func(context.Context, *registry.Request) (any, error) {
+			<-unblock
+			return "late", nil
+		}),
+	}
+	m := registry.NewMetrics(prometheus.NewRegistry())
+	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, stuck), MaxConcurrency: 1, Metrics: m})
+	caller := registry.Anonymous()
+	res, err := e.Execute(t.Context(), caller, &registry.Call{ToolName: "fs__search"})
+	if err != nil || res.Code() != registry.CodeTimeout {
+		t.Fatalf("first call: %v %+v", err, res)
+	}
+	if _, err := e.Execute(t.Context(), caller, &registry.Call{ToolName: "fs__search"}); !errors.Is(err, registry.ErrOverloaded) {
+		t.Fatalf("a call while the abandoned handler runs: %v, want ErrOverloaded", err)
+	}
+	if got := testutil.ToFloat64(m.AbandonedTotal("fs__search")); got != 1 {
+		t.Fatalf("abandoned total %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.Abandoned("fs__search")); got != 1 {
+		t.Fatalf("abandoned running %v, want 1", got)
+	}
+	close(unblock)
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(m.Abandoned("fs__search")) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned handler returned but is still counted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	res, err = e.Execute(t.Context(), caller, &registry.Call{ToolName: "fs__search"})
+	if err != nil || res.Status != registry.StatusOK {
+		t.Fatalf("after the handler returned: %v %+v", err, res)
+	}
+}
+
+// TestStringArgumentsDepth: 100,000-deep nesting inside an arguments
+// string is refused before it is decoded.
+func TestStringArgumentsDepth(t *testing.T) {
+	var ran atomic.Int32
+	tool := &registry.Tool{
+		Definition: registry.Definition{Name: "data__any", Description: "Takes anything.", Tier: registry.ReadOnly, Parameters: object},
+		Handler: registry.Func(func(context.Context, *registry.Request) (any, error) {
+			ran.Add(1)
+			return "ran", nil
+		}),
+	}
+	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, tool)})
+	deep := `{"a":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`
+	quoted, _ := json.Marshal(deep)
+	res, err := e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolName: "data__any", Arguments: quoted})
+	if err != nil || res.Code() != registry.CodeInvalidArguments || !strings.Contains(res.Error.Message, "deeper than 64 levels") {
+		t.Fatalf("deep string arguments: %v %+v", err, res.Error)
+	}
+	if ran.Load() != 0 {
+		t.Fatal("the tool ran")
+	}
+}
+
+// flaky is a real store whose FinishCall and AppendAudit fail while down
+// is set, as when the database goes away after a tool ran.
+type flaky struct {
+	registry.Store
+	down atomic.Bool
+}
+
+var errDown = errors.New("store down")
+
+func (f *flaky) FinishCall(ctx context.Context, c, id string, r *registry.Result) (*registry.CallRecord, bool, error) {
+	if f.down.Load() {
+		return nil, false, errDown
+	}
+	return f.Store.FinishCall(ctx, c, id, r)
+}
+
+func (f *flaky) AppendAudit(ctx context.Context, e *registry.AuditEntry) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return f.Store.AppendAudit(ctx, e)
+}
+
+// TestUnrecordedResultIsHeldAndRetried: when the record cannot be
+// finished after the tool ran, the answer says so, a retry is answered
+// from memory without running again, and the background retry lands the
+// result and its audit entry once the store is back.
+func TestUnrecordedResultIsHeldAndRetried(t *testing.T) {
+	var runs atomic.Int32
+	tool := &registry.Tool{
+		Definition: registry.Definition{Name: "fs__append", Description: "Appends.", Tier: registry.SideEffecting, Parameters: object},
+		Handler: registry.Func(func(context.Context, *registry.Request) (any, error) {
+			return runs.Add(1), nil
+		}),
+	}
+	st := &flaky{Store: openSQLite(t)}
+	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, tool), Store: st})
+	caller := registry.Anonymous()
+	call := &registry.Call{ToolCallID: "held-1", ToolName: "fs__append"}
+	st.down.Store(true)
+	res, err := e.Execute(t.Context(), caller, call)
+	if err != nil || res.Status != registry.StatusOK || !res.RecordPending {
+		t.Fatalf("call while the store fails: %v %+v", err, res)
+	}
+	again, err := e.Execute(t.Context(), caller, call)
+	if err != nil || !again.RecordPending || string(again.Output) != "1" || runs.Load() != 1 {
+		t.Fatalf("retry: %v %+v (runs %d)", err, again, runs.Load())
+	}
+	if _, err := e.Execute(t.Context(), caller, &registry.Call{ToolCallID: "held-1", ToolName: "fs__append", Arguments: json.RawMessage(`{"x":1}`)}); !errors.Is(err, registry.ErrConflict) {
+		t.Fatalf("other arguments under a held id: %v, want ErrConflict", err)
+	}
+	rec, err := st.GetCall(t.Context(), caller.ID, "held-1")
+	if err != nil || rec.State != registry.CallRunning {
+		t.Fatalf("record while held: %v %+v", err, rec)
+	}
+	st.down.Store(false)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { e.RetryRecords(ctx, 50*time.Millisecond) })
+	defer func() { cancel(); wg.Wait() }()
+	wctx, wcancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer wcancel()
+	rec, err = st.WaitCall(wctx, caller.ID, "held-1")
+	if err != nil || rec.Result.Status != registry.StatusOK || string(rec.Result.Output) != "1" || rec.Result.RecordPending {
+		t.Fatalf("record after the store came back: %v %+v", err, rec)
+	}
+	for {
+		audit, err := st.ListAudit(t.Context(), registry.AuditFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(audit) == 1 && audit[0].ToolCallID == "held-1" && audit[0].Status == registry.StatusOK {
+			break
+		}
+		if wctx.Err() != nil {
+			t.Fatalf("audit trail after the store came back: %+v", audit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	res, err = e.Execute(t.Context(), caller, call)
+	if err != nil || res.RecordPending || string(res.Output) != "1" || runs.Load() != 1 {
+		t.Fatalf("retry after recording: %v %+v (runs %d)", err, res, runs.Load())
+	}
+}
+
+// TestAuditNamesTokenCallers: the audit entries of a token caller's call
+// (filed, and run once approved) carry its issuer and subject, the
+// approval entry the approver's, and a static caller's neither; the
+// call's record carries the trace id of the context it was made in.
+func TestAuditNamesTokenCallers(t *testing.T) {
+	tool := &registry.Tool{
+		Definition: registry.Definition{Name: "shell__exec", Description: "Runs.", Tier: registry.Privileged, Parameters: object},
+		Handler:    registry.Func(func(context.Context, *registry.Request) (any, error) { return "ran", nil }),
+	}
+	st := openSQLite(t)
+	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, tool), Store: st})
+	const issuer = "https://idp.example.com/realms/ops"
+	alice := &registry.Caller{ID: "alice", Issuer: issuer, Subject: "sub-alice", Scopes: []registry.Scope{registry.ScopeCall}}
+	oncall := &registry.Caller{ID: "oncall", Issuer: issuer, Subject: "sub-oncall", Scopes: []registry.Scope{registry.ScopeApprove}}
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithRemoteSpanContext(t.Context(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
+
+	res, err := e.Execute(ctx, alice, &registry.Call{ToolCallID: "a-1", ToolName: "shell__exec"})
+	if err != nil || res.Status != registry.StatusPendingApproval {
+		t.Fatalf("filing: %v %+v", err, res)
+	}
+	if rec, err := st.GetCall(t.Context(), "alice", "a-1"); err != nil || rec.TraceID != tid.String() {
+		t.Fatalf("pending record = %+v, %v; want trace id %s", rec, err, tid)
+	}
+	if _, out, err := e.Decide(t.Context(), oncall, res.Approval.ID, registry.VerdictApprove, ""); err != nil || out.Status != registry.StatusOK {
+		t.Fatalf("approving: %v %+v", err, out)
+	}
+	if _, err := e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolCallID: "s-1", ToolName: "shell__exec"}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := st.GetCall(t.Context(), "anonymous", "s-1"); err != nil || rec.TraceID != "" {
+		t.Errorf("record of a call without a trace = %+v, %v; want no trace id", rec, err)
+	}
+
+	audit, err := st.ListAudit(t.Context(), registry.AuditFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range audit {
+		got = append(got, a.Event+" "+a.CallerID+" "+string(a.Status)+" "+a.Issuer+" "+a.Subject)
+	}
+	want := []string{
+		"call alice pending_approval " + issuer + " sub-alice",
+		"approval oncall  " + issuer + " sub-oncall",
+		"call alice ok " + issuer + " sub-alice",
+		"call anonymous pending_approval  ",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("audit trail:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -1,0 +1,383 @@
+package registry
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// SpillChunkBytes is the size of every stored chunk of a spill but the
+// last, so that a read at an offset finds its chunks by arithmetic.
+const SpillChunkBytes = 256 << 10
+
+// SpillStreamOutput names the spill of a result's whole output, cut by the
+// executor; process tools spill "stdout" and "stderr" under their names.
+const SpillStreamOutput = "output"
+
+// SpillInfo describes one spilled stream of a call.
+type SpillInfo struct {
+	CallerID   string `json:"-"`
+	ToolCallID string `json:"toolCallId"`
+	ToolName   string `json:"toolName"`
+	Stream     string `json:"stream"`
+	// TotalBytes is how many bytes the stream had; StoredBytes how many of
+	// them (from the start) are kept, at most the spill limit.
+	TotalBytes  int64     `json:"totalBytes"`
+	StoredBytes int64     `json:"storedBytes"`
+	CreatedAt   time.Time `json:"createdAt"`
+	ExpiresAt   time.Time `json:"expiresAt"`
+}
+
+// SpillStore keeps the full output of cut results, in chunks of
+// SpillChunkBytes, keyed by (caller, toolCallId, stream). Only complete
+// spills are read.
+type SpillStore interface {
+	// CreateSpill starts the spill of info's stream (replacing an earlier
+	// one under the same key) and returns the writer its bytes go to.
+	CreateSpill(ctx context.Context, info *SpillInfo) (SpillWriter, error)
+	// ReadSpill returns up to limit bytes of a complete spill from offset
+	// (fewer at its end), or ErrNotFound (also when it has expired).
+	ReadSpill(ctx context.Context, callerID, toolCallID, stream string, offset int64, limit int) (*SpillInfo, []byte, error)
+	// ListSpills returns the complete, unexpired spills of one call.
+	ListSpills(ctx context.Context, callerID, toolCallID string) ([]*SpillInfo, error)
+	// DeleteExpiredSpills deletes the spills that expired at or before
+	// now, complete or not, and returns how many.
+	DeleteExpiredSpills(ctx context.Context, now time.Time) (int64, error)
+	// SpillBytes returns the bytes of spilled output the store holds.
+	SpillBytes(ctx context.Context) (int64, error)
+}
+
+// SpillWriter receives a spill's bytes. WriteChunk is given whole chunks
+// of SpillChunkBytes, but the last; Commit marks the spill complete with
+// the stream's total size; Abort drops what was written.
+type SpillWriter interface {
+	WriteChunk(ctx context.Context, seq int, p []byte) error
+	Commit(ctx context.Context, totalBytes, storedBytes int64) error
+	Abort(ctx context.Context)
+}
+
+// SpillOptions configure a Spiller.
+type SpillOptions struct {
+	// Store keeps the spills; nil keeps none (the spiller then only sets
+	// the head and tail split).
+	Store SpillStore
+	// MaxBytes bounds what one stream keeps; the rest is counted only.
+	// 0 means 64 MiB.
+	MaxBytes int64
+	// Retention is how long a spill is kept; 0 means 1 hour.
+	Retention time.Duration
+	// HeadPercent is the share of a process stream's limit given to its
+	// beginning, the rest going to its end; 0 means 50, 100 keeps only
+	// the beginning.
+	HeadPercent int
+	Logger      *slog.Logger
+	// Registerer receives toolsvc_spill_* metrics; nil registers none.
+	Registerer prometheus.Registerer
+	Now        func() time.Time
+}
+
+// Spiller keeps the full output of cut results in a SpillStore, bounded
+// per stream, and sweeps expired spills.
+type Spiller struct {
+	store     SpillStore
+	max       int64
+	retention time.Duration
+	head      int
+	log       *slog.Logger
+	now       func() time.Time
+	written   prometheus.Counter
+	clipped   prometheus.Counter
+	failed    prometheus.Counter
+}
+
+// NewSpiller returns a spiller over o.Store.
+func NewSpiller(o SpillOptions) *Spiller {
+	s := &Spiller{store: o.Store, max: cmp.Or(o.MaxBytes, 64<<20), retention: cmp.Or(o.Retention, time.Hour),
+		head: cmp.Or(o.HeadPercent, 50), log: cmp.Or(o.Logger, slog.New(slog.DiscardHandler)), now: o.Now}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.head = min(max(s.head, 1), 100)
+	if o.Registerer != nil && o.Store != nil {
+		s.written = prometheus.NewCounter(prometheus.CounterOpts{Name: "toolsvc_spill_written_bytes_total",
+			Help: "Bytes of cut outputs written to the spill store."})
+		s.clipped = prometheus.NewCounter(prometheus.CounterOpts{Name: "toolsvc_spill_clipped_total",
+			Help: "Spilled streams longer than TOOLSVC_SPILL_MAX_BYTES, kept only up to it."})
+		s.failed = prometheus.NewCounter(prometheus.CounterOpts{Name: "toolsvc_spill_failures_total",
+			Help: "Spills that could not be written (the result says the rest is not kept)."})
+		stored := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolsvc_spill_stored_bytes",
+			Help: "Bytes of spilled output the store holds now (bounded by TOOLSVC_SPILL_MAX_BYTES per stream and the retention)."},
+			func() float64 {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				n, err := s.store.SpillBytes(ctx)
+				if err != nil {
+					return -1
+				}
+				return float64(n)
+			})
+		o.Registerer.MustRegister(s.written, s.clipped, s.failed, stored)
+	}
+	return s
+}
+
+// MaxBytes is the most one spilled stream keeps.
+func (s *Spiller) MaxBytes() int64 { return s.max }
+
+// Store returns the store spills go to.
+func (s *Spiller) Store() SpillStore { return s.store }
+
+// HeadBytes is how much of limit a process stream gives to its beginning.
+func (s *Spiller) HeadBytes(limit int) int {
+	if s == nil {
+		return limit / 2
+	}
+	return limit * s.head / 100
+}
+
+// Sweep deletes expired spills every interval until ctx ends.
+func (s *Spiller) Sweep(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		n, err := s.store.DeleteExpiredSpills(sctx, s.now())
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("spill: deleting expired spills failed", "err", err)
+		} else if n > 0 {
+			s.log.Info("spill: deleted expired spills", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// open starts a spill of one stream of a call.
+func (s *Spiller) open(ctx context.Context, callerID, toolCallID, toolName, stream string) *SpillSink {
+	now := s.now()
+	w, err := s.store.CreateSpill(ctx, &SpillInfo{CallerID: callerID, ToolCallID: toolCallID, ToolName: toolName,
+		Stream: stream, CreatedAt: now, ExpiresAt: now.Add(s.retention)})
+	k := &SpillSink{s: s, ctx: ctx, w: w, err: err, stream: stream, callID: toolCallID}
+	if err != nil {
+		k.fail(err)
+	}
+	return k
+}
+
+// SpillSink streams one output stream into the spill store in chunks,
+// keeping at most the spill limit and counting the rest. Memory is one
+// chunk. It is safe for concurrent use.
+type SpillSink struct {
+	s      *Spiller
+	ctx    context.Context
+	w      SpillWriter
+	stream string
+	callID string
+
+	mu     sync.Mutex
+	buf    []byte
+	seq    int
+	stored int64
+	total  int64
+	err    error
+	done   bool
+}
+
+// Write keeps p (up to the limit) and never fails: a spill that cannot be
+// written is given up, and the result says so.
+func (k *SpillSink) Write(p []byte) (int, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.total += int64(len(p))
+	if k.err != nil || k.done {
+		return len(p), nil
+	}
+	room := k.s.max - k.stored - int64(len(k.buf))
+	q := p[:min(int64(len(p)), max(room, 0))]
+	for len(q) > 0 {
+		if k.buf == nil {
+			k.buf = make([]byte, 0, SpillChunkBytes)
+		}
+		n := min(len(q), SpillChunkBytes-len(k.buf))
+		k.buf = append(k.buf, q[:n]...)
+		q = q[n:]
+		if len(k.buf) == SpillChunkBytes {
+			k.flush()
+			if k.err != nil {
+				break
+			}
+		}
+	}
+	return len(p), nil
+}
+
+func (k *SpillSink) flush() {
+	if len(k.buf) == 0 {
+		return
+	}
+	if err := k.w.WriteChunk(k.ctx, k.seq, k.buf); err != nil {
+		k.fail(err)
+		return
+	}
+	if k.s.written != nil {
+		k.s.written.Add(float64(len(k.buf)))
+	}
+	k.seq++
+	k.stored += int64(len(k.buf))
+	k.buf = k.buf[:0]
+}
+
+func (k *SpillSink) fail(err error) {
+	k.err = err
+	k.s.log.Warn("spill: writing a cut output failed; the rest is not kept", "toolCallId", k.callID, "stream", k.stream, "err", err)
+	if k.s.failed != nil {
+		k.s.failed.Inc()
+	}
+	if k.w != nil {
+		k.w.Abort(context.WithoutCancel(k.ctx))
+	}
+}
+
+// Close writes what is buffered and marks the spill complete. It returns
+// the spill as stored, or an error when nothing readable was kept.
+func (k *SpillSink) Close() (*SpillInfo, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.done {
+		return nil, errors.New("spill closed twice")
+	}
+	k.done = true
+	if k.err == nil {
+		k.flush()
+	}
+	if k.err == nil {
+		// The commit is the spill's record: it must land even when the
+		// call's context has just ended.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(k.ctx), 10*time.Second)
+		defer cancel()
+		if err := k.w.Commit(cctx, k.total, k.stored); err != nil {
+			k.fail(err)
+		}
+	}
+	if k.err != nil {
+		return nil, k.err
+	}
+	if k.stored < k.total && k.s.clipped != nil {
+		k.s.clipped.Inc()
+	}
+	return &SpillInfo{ToolCallID: k.callID, Stream: k.stream, TotalBytes: k.total, StoredBytes: k.stored}, nil
+}
+
+// SpillStream starts the spill of one named stream of this call's output
+// ("stdout", "stderr"), or returns nil when this service keeps no spills.
+// A tool that cuts a stream writes the whole stream to it and closes it,
+// then says how to read on with ReadOnHint.
+func (r *Request) SpillStream(ctx context.Context, stream string) *SpillSink {
+	if r.spiller == nil || r.spiller.store == nil || r.Caller == nil {
+		return nil
+	}
+	return r.spiller.open(ctx, r.Caller.ID, r.CallID, r.Name, stream)
+}
+
+// CountRest counts a stream that was cut after read: it reads the rest
+// from rest, at most bound bytes more and within ctx, spilling the whole
+// stream when this service keeps spills. It returns the stream's size,
+// whether that size is exact (false when bound stopped the count or the
+// read failed), and the spill (nil when none was kept).
+func (r *Request) CountRest(ctx context.Context, stream string, read []byte, rest io.Reader, bound int64) (total int64, exact bool, spill *SpillInfo) {
+	var w io.Writer = io.Discard
+	sink := r.SpillStream(ctx, stream)
+	if sink != nil {
+		_, _ = sink.Write(read)
+		w = sink
+	}
+	n, err := io.Copy(w, io.LimitReader(rest, bound))
+	if sink != nil {
+		spill, _ = sink.Close() // a failed spill is logged; the marker says it was not kept
+	}
+	return int64(len(read)) + n, err == nil && n < bound, spill
+}
+
+// HeadBytes is how much of a stream limit a process tool keeps from the
+// stream's beginning; the rest of the limit keeps its end.
+func (r *Request) HeadBytes(limit int) int { return r.spiller.HeadBytes(limit) }
+
+// ReportTruncated tells the executor that the tool cut its output, which
+// was originalBytes long in all; the result then says truncated with that
+// size even when what the tool returns fits the output limit.
+func (r *Request) ReportTruncated(originalBytes int64) {
+	r.cut = max(originalBytes, 1)
+}
+
+// ReadOnTool is the name of the built-in tool that reads spilled output.
+const ReadOnTool = "result__read"
+
+// CutMarker is the text put where output was cut: how much was omitted,
+// and, when the stream was spilled, exactly how to read on (and the spill
+// limit when the spill does not hold all of it).
+func CutMarker(omitted, total int64, toolCallID, stream string, readOffset int64, spill *SpillInfo) string {
+	m := fmt.Sprintf("[output truncated: %d bytes total, %d omitted", total, omitted)
+	if spill == nil {
+		return m + "; the full output was not kept]"
+	}
+	m += fmt.Sprintf(`; read on with %s {"toolCallId":%q`, ReadOnTool, toolCallID)
+	if stream != SpillStreamOutput {
+		m += fmt.Sprintf(`,"stream":%q`, stream)
+	}
+	m += fmt.Sprintf(`,"offset":%d}`, readOffset)
+	if spill.StoredBytes < spill.TotalBytes {
+		m += fmt.Sprintf("; only the first %d bytes are kept (the spill limit)", spill.StoredBytes)
+	}
+	return m + "]"
+}
+
+// Read returns up to limit bytes from offset of a spilled stream of one
+// of caller's calls, under the rules of the original call: only the
+// caller that made it reads it, and only while its tool is in the
+// caller's catalog (and in catalog, the request's narrowing, when that is
+// not empty). An unknown, expired or foreign spill is ErrNotFound; a tool
+// out of the catalog is an *Error with CodeToolNotInCatalog.
+func (s *Spiller) Read(ctx context.Context, reg *Registry, caller *Caller, catalog []string, toolCallID, stream string, offset int64, limit int) (*SpillInfo, []byte, error) {
+	if stream == "" {
+		stream = SpillStreamOutput
+	}
+	info, data, err := s.store.ReadSpill(ctx, caller.ID, toolCallID, stream, offset, limit)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil, s.notFound(ctx, caller, toolCallID, stream)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	t, ok := reg.Lookup(info.ToolName)
+	if !ok || !caller.Sees(&t.Definition) || (len(catalog) > 0 && !containsString(catalog, info.ToolName)) {
+		return nil, nil, &Error{Code: CodeToolNotInCatalog,
+			Message:    fmt.Sprintf("the output of %s came from tool %s, which is not in this caller's catalog", toolCallID, info.ToolName),
+			Suggestion: "Read only the output of calls to tools you were given."}
+	}
+	return info, data, nil
+}
+
+// notFound says that a spill does not exist, naming the streams the call
+// does have when there are others.
+func (s *Spiller) notFound(ctx context.Context, caller *Caller, toolCallID, stream string) error {
+	msg := fmt.Sprintf("no kept output %q of call %s (kept outputs expire after %s)", stream, toolCallID, s.retention)
+	if list, err := s.store.ListSpills(ctx, caller.ID, toolCallID); err == nil && len(list) > 0 {
+		names := make([]string, len(list))
+		for i, in := range list {
+			names[i] = in.Stream
+		}
+		msg += fmt.Sprintf("; this call kept %q", names)
+	}
+	return fmt.Errorf("%w: %s", ErrNotFound, msg)
+}
