@@ -28,10 +28,14 @@ const (
 	KindPolicy    = "Policy"
 	KindCaller    = "Caller"
 	KindMCPServer = "MCPServer"
+	KindNotifier  = "Notifier"
+	KindIssuer    = "Issuer"
 )
 
 // Kinds returns every known kind.
-func Kinds() []string { return []string{KindTool, KindPolicy, KindCaller, KindMCPServer} }
+func Kinds() []string {
+	return []string{KindTool, KindPolicy, KindCaller, KindMCPServer, KindNotifier, KindIssuer}
+}
 
 // Metadata names a resource.
 type Metadata struct {

@@ -3,6 +3,7 @@ package policy
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -35,6 +36,24 @@ type CallerSpec struct {
 	// Scopes are the caller's permissions (call, approve, admin); empty
 	// means call only.
 	Scopes []registry.Scope `yaml:"scopes,omitempty"`
+	// ClientCert lets a TLS client certificate (verified against
+	// TOOLSVC_TLS_CLIENT_CA_FILE) authenticate the caller.
+	ClientCert *ClientCertSpec `yaml:"clientCert,omitempty"`
+	// RateLimit bounds the caller's calls; empty is the service default.
+	RateLimit *RateLimitSpec `yaml:"rateLimit,omitempty"`
+	// Workspace names a file workspace this caller shares with every
+	// caller that names the same one; empty gives the caller a file tree
+	// of its own (see docs/sandbox.md).
+	Workspace string `yaml:"workspace,omitempty"`
+}
+
+// ClientCertSpec names the certificates of a caller: by subject (the
+// distinguished name as Go prints it, e.g. "CN=build-bot,O=Example") or by
+// one of its subject alternative names (DNS, URI, e-mail, IP). Either may
+// be set; a certificate matching any one authenticates the caller.
+type ClientCertSpec struct {
+	Subject string   `yaml:"subject,omitempty"`
+	SANs    []string `yaml:"sans,omitempty"`
 }
 
 // CallerDocument is one decoded kind: Caller resource.
@@ -54,16 +73,24 @@ type AuthOptions struct {
 	Callers []CallerDocument
 	// ReadFile reads token files; nil is os.ReadFile.
 	ReadFile func(name string) ([]byte, error)
+	// DefaultRate is the service's default rate limit; nil is none.
+	DefaultRate *RateLimitSpec
 }
 
 // Authenticator maps bearer tokens to callers. It is immutable once built
 // and safe for concurrent use.
 type Authenticator struct {
 	entries []credential
+	certs   []certCredential
 }
 
 type credential struct {
 	digest [sha256.Size]byte
+	caller registry.Caller
+}
+
+type certCredential struct {
+	spec   ClientCertSpec
 	caller registry.Caller
 }
 
@@ -81,6 +108,10 @@ func NewAuthenticator(o AuthOptions) (*Authenticator, error) {
 		if prev, dup := seen[c.caller.ID]; dup {
 			return fmt.Errorf("%s: caller %q is already defined (%s)", where, c.caller.ID, prev)
 		}
+		if c.digest == ([sha256.Size]byte{}) {
+			seen[c.caller.ID] = where
+			return nil
+		}
 		if prev, dup := digests[c.digest]; dup {
 			return fmt.Errorf("%s: caller %q has the same token as caller %q; every caller needs its own token", where, c.caller.ID, prev)
 		}
@@ -89,9 +120,13 @@ func NewAuthenticator(o AuthOptions) (*Authenticator, error) {
 		return nil
 	}
 	if o.APIKey != "" {
-		err := add("TOOLSVC_API_KEY", credential{
+		rate, err := rateLimitOf(nil, o.DefaultRate, APIKeyCaller)
+		if err != nil {
+			return nil, fmt.Errorf("default rate limit: %w", err)
+		}
+		err = add("TOOLSVC_API_KEY", credential{
 			digest: sha256.Sum256([]byte(o.APIKey)),
-			caller: registry.Caller{ID: APIKeyCaller, Scopes: []registry.Scope{registry.ScopeCall, registry.ScopeApprove, registry.ScopeAdmin}},
+			caller: registry.Caller{ID: APIKeyCaller, Scopes: []registry.Scope{registry.ScopeCall, registry.ScopeApprove, registry.ScopeAdmin}, RateLimit: rate},
 		})
 		if err != nil {
 			return nil, err
@@ -103,8 +138,17 @@ func NewAuthenticator(o AuthOptions) (*Authenticator, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
+		if c.caller.RateLimit, err = rateLimitOf(d.Spec.RateLimit, o.DefaultRate, d.Name); err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
 		if err := add(where, c); err != nil {
 			return nil, err
+		}
+		if cc := d.Spec.ClientCert; cc != nil {
+			if cc.Subject == "" && len(cc.SANs) == 0 {
+				return nil, fmt.Errorf("%s: clientCert names neither a subject nor sans", where)
+			}
+			a.certs = append(a.certs, certCredential{spec: *cc, caller: c.caller})
 		}
 	}
 	return a, nil
@@ -135,8 +179,10 @@ func credentialOf(d *CallerDocument, readFile func(string) ([]byte, error)) (cre
 			return c, fmt.Errorf("tokenFile %s is empty", s.TokenFile)
 		}
 		c.digest = sha256.Sum256([]byte(tok))
+	case s.ClientCert != nil:
+		// A certificate-only caller: no bearer token matches it.
 	default:
-		return c, fmt.Errorf("no token: set tokenSha256 (hex SHA-256 of the token) or tokenFile")
+		return c, fmt.Errorf("no token: set tokenSha256 (hex SHA-256 of the token) or tokenFile (or clientCert)")
 	}
 	for _, g := range s.Tools {
 		if _, err := path.Match(g, ""); err != nil {
@@ -155,13 +201,13 @@ func credentialOf(d *CallerDocument, readFile func(string) ([]byte, error)) (cre
 			return c, fmt.Errorf("scope %q is not call, approve or admin", sc)
 		}
 	}
-	c.caller = registry.Caller{ID: d.Name, Tools: slices.Clone(s.Tools), MaxTier: s.MaxTier, Scopes: scopes}
+	c.caller = registry.Caller{ID: d.Name, Tools: slices.Clone(s.Tools), MaxTier: s.MaxTier, Scopes: scopes, Workspace: s.Workspace}
 	return c, nil
 }
 
 // Len returns the number of credentials; 0 means none are configured (the
 // service then runs open, on loopback only).
-func (a *Authenticator) Len() int { return len(a.entries) }
+func (a *Authenticator) Len() int { return len(a.entries) + len(a.certs) }
 
 // Authenticate returns the caller whose token is token. It compares the
 // token's SHA-256 digest with every configured digest in constant time,
@@ -178,10 +224,37 @@ func (a *Authenticator) Authenticate(token string) (*registry.Caller, bool) {
 		idx = subtle.ConstantTimeSelect(eq, i, idx)
 		found |= eq
 	}
-	if found == 0 {
+	if found == 0 || a.entries[idx].digest == ([sha256.Size]byte{}) {
 		return nil, false
 	}
 	c := a.entries[idx].caller
 	c.Tools, c.Scopes = slices.Clone(c.Tools), slices.Clone(c.Scopes)
 	return &c, true
+}
+
+// AuthenticateCert returns the caller whose clientCert matches a verified
+// client certificate: by subject, or by any subject alternative name.
+func (a *Authenticator) AuthenticateCert(cert *x509.Certificate) (*registry.Caller, bool) {
+	if cert == nil {
+		return nil, false
+	}
+	subject := cert.Subject.String()
+	var sans []string
+	sans = append(sans, cert.DNSNames...)
+	sans = append(sans, cert.EmailAddresses...)
+	for _, ip := range cert.IPAddresses {
+		sans = append(sans, ip.String())
+	}
+	for _, u := range cert.URIs {
+		sans = append(sans, u.String())
+	}
+	for _, e := range a.certs {
+		if (e.spec.Subject != "" && e.spec.Subject == subject) ||
+			slices.ContainsFunc(e.spec.SANs, func(s string) bool { return slices.Contains(sans, s) }) {
+			c := e.caller
+			c.Tools, c.Scopes = slices.Clone(c.Tools), slices.Clone(c.Scopes)
+			return &c, true
+		}
+	}
+	return nil, false
 }

@@ -48,14 +48,22 @@ func variables(in *registry.PolicyInput) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	caller := map[string]any{"id": "", "scopes": []string{}, "maxTier": "", "tools": []string{}}
+	caller := map[string]any{"id": "", "scopes": []string{}, "maxTier": "", "tools": []string{}, "issuer": "", "subject": "", "claims": map[string]any{}}
 	if c := in.Caller; c != nil {
 		scopes := make([]string, len(c.Scopes))
 		for i, s := range c.Scopes {
 			scopes[i] = string(s)
 		}
 		tools := append([]string{}, c.Tools...)
-		caller = map[string]any{"id": c.ID, "scopes": scopes, "maxTier": string(c.MaxTier), "tools": tools}
+		claims := c.Claims
+		if claims == nil {
+			claims = map[string]any{}
+		}
+		// A token caller's verified claims (never the token): conditions
+		// read them as caller.claims.<name>, with caller.issuer and
+		// caller.subject naming who vouched for the caller.
+		caller = map[string]any{"id": c.ID, "scopes": scopes, "maxTier": string(c.MaxTier), "tools": tools,
+			"issuer": c.Issuer, "subject": c.Subject, "claims": claims}
 	}
 	return map[string]any{
 		"args":   args,

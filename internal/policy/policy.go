@@ -4,7 +4,8 @@
 // defaults, and rules that match tool names by glob, may carry a CEL
 // condition over the call's args, caller, context and tool, and decide
 // allow, ask or deny. The strictest matching rule wins (deny > ask >
-// allow); with no match the tier default applies. Conditions are compiled
+// allow; between asks, one only approvers decide over one with
+// callerMayApprove); with no match the tier default applies. Conditions are compiled
 // and type-checked once, at load, with a cost limit at evaluation; a
 // condition that fails to evaluate denies. Each rule may carry match and
 // notMatch examples that are checked at load, so a rule that does not do
@@ -58,6 +59,12 @@ type Rule struct {
 	Decision registry.Effect `yaml:"decision"`
 	// Reason is told to the model (deny) or the approver (ask).
 	Reason string `yaml:"reason,omitempty"`
+	// CallerMayApprove, on an ask rule, lets the calling user approve or
+	// decline the call themselves: an MCP client that can answer an
+	// elicitation is asked to confirm that exact call, and the answer
+	// decides the approval request. Approvers can still decide it with
+	// POST /approvals/{id}. Off by default: only approvers decide.
+	CallerMayApprove bool `yaml:"callerMayApprove,omitempty"`
 	// Match are calls the rule must apply to, and NotMatch calls it must
 	// not apply to; both are checked when the policy loads.
 	Match    []Example `yaml:"match,omitempty"`
@@ -85,6 +92,10 @@ type ExampleCaller struct {
 	Scopes  []registry.Scope `yaml:"scopes,omitempty"`
 	MaxTier registry.Tier    `yaml:"maxTier,omitempty"`
 	Tools   []string         `yaml:"tools,omitempty"`
+	// Issuer, Subject and Claims make the example a token caller.
+	Issuer  string         `yaml:"issuer,omitempty"`
+	Subject string         `yaml:"subject,omitempty"`
+	Claims  map[string]any `yaml:"claims,omitempty"`
 }
 
 // ExampleContext is the context of an example call.
@@ -132,6 +143,7 @@ type rule struct {
 	tools    []string
 	effect   registry.Effect
 	reason   string
+	byCaller bool        // callerMayApprove
 	prg      cel.Program // nil without a condition
 	position string      // "file:line: Policy "p" rule 2 "r"", for errors
 }
@@ -219,6 +231,7 @@ func compileRule(env *cel.Env, d *Document, i int, limit uint64) (*rule, error) 
 		tools:    spec.Tools,
 		effect:   spec.Decision,
 		reason:   spec.Reason,
+		byCaller: spec.CallerMayApprove,
 		position: position(d, i, spec),
 	}
 	fail := func(format string, args ...any) error {
@@ -229,6 +242,9 @@ func compileRule(env *cel.Env, d *Document, i int, limit uint64) (*rule, error) 
 	}
 	if r.effect.Strictness() < 0 {
 		return nil, fail("decision %q is not allow, ask or deny", spec.Decision)
+	}
+	if spec.CallerMayApprove && r.effect != registry.Ask {
+		return nil, fail("callerMayApprove is set, but the decision is %s: only an ask rule sends a call for approval, so set decision: ask or drop callerMayApprove", spec.Decision)
 	}
 	if len(spec.Tools) == 0 {
 		return nil, fail(`no tools; list tool-name globs, or ["*"] for every tool`)
@@ -281,7 +297,7 @@ func (r *rule) checkExample(ex *Example, j int, wantMatch bool) error {
 		Caller:    &registry.Caller{ID: "example"},
 	}
 	if c := ex.Caller; c != nil {
-		in.Caller = &registry.Caller{ID: c.ID, Scopes: c.Scopes, MaxTier: c.MaxTier, Tools: c.Tools}
+		in.Caller = &registry.Caller{ID: c.ID, Scopes: c.Scopes, MaxTier: c.MaxTier, Tools: c.Tools, Issuer: c.Issuer, Subject: c.Subject, Claims: c.Claims}
 	}
 	if c := ex.Context; c != nil {
 		in.Context = registry.CallContext{InstanceKey: c.InstanceKey, AgentName: c.AgentName, TurnID: c.TurnID}
@@ -330,7 +346,7 @@ func (p *Policy) Decide(ctx context.Context, in *registry.PolicyInput) (registry
 		if !registry.MatchAny(r.tools, in.Tool.Name) {
 			continue
 		}
-		d := registry.Decision{Effect: r.effect, Rule: r.name, Reason: r.reason}
+		d := registry.Decision{Effect: r.effect, Rule: r.name, Reason: r.reason, CallerMayApprove: r.byCaller}
 		if r.prg != nil {
 			if vars == nil && varsErr == nil {
 				vars, varsErr = variables(in)
@@ -347,7 +363,11 @@ func (p *Policy) Decide(ctx context.Context, in *registry.PolicyInput) (registry
 				continue
 			}
 		}
-		if best == nil || d.Effect.Strictness() > best.Effect.Strictness() {
+		if best == nil || d.Effect.Strictness() > best.Effect.Strictness() ||
+			// Between ask rules, approvers only is stricter than the
+			// caller may approve: one rule that keeps the call to
+			// approvers keeps it there.
+			(d.Effect == registry.Ask && best.Effect == registry.Ask && best.CallerMayApprove && !d.CallerMayApprove) {
 			best = &d
 			if d.Effect == registry.Deny {
 				break

@@ -335,6 +335,10 @@ func TestLoadErrors(t *testing.T) {
 			[]string{"p.yaml:6", "needs a name"}},
 		{"duplicate rule", head + "    - name: r\n      tools: [\"*\"]\n      decision: deny\n    - name: r\n      tools: [\"*\"]\n      decision: allow\n",
 			[]string{"p.yaml:9", "duplicate rule name p/r", "p.yaml:6"}},
+		{"callerMayApprove on a deny rule", head + "    - name: r\n      tools: [\"*\"]\n      decision: deny\n      callerMayApprove: true\n",
+			[]string{"p.yaml:6", `rule 1 "r"`, "callerMayApprove is set, but the decision is deny", "decision: ask"}},
+		{"callerMayApprove on an allow rule", head + "    - name: r\n      tools: [\"*\"]\n      decision: allow\n      callerMayApprove: true\n",
+			[]string{"p.yaml:6", "callerMayApprove is set, but the decision is allow"}},
 		{"bad tier default", "apiVersion: toolsvc/v1\nkind: Policy\nmetadata: {name: p}\nspec:\n  tierDefaults:\n    dangerous: deny\n",
 			[]string{"p.yaml:1", `unknown tier "dangerous"`}},
 		{"bad tier default effect", "apiVersion: toolsvc/v1\nkind: Policy\nmetadata: {name: p}\nspec:\n  tierDefaults:\n    privileged: block\n",
@@ -521,5 +525,67 @@ func BenchmarkDecide(b *testing.B) {
 		if d, _ := p.Decide(context.Background(), in); d.Effect != registry.Allow {
 			b.Fatal(d)
 		}
+	}
+}
+
+// TestCallerMayApprove: an ask rule with callerMayApprove says so in its
+// decision; when another matching ask rule keeps the call to approvers,
+// that rule wins; a deny still beats both.
+func TestCallerMayApprove(t *testing.T) {
+	p := mustLoad(t, `apiVersion: toolsvc/v1
+kind: Policy
+metadata: {name: p}
+spec:
+  rules:
+    - name: writes
+      tools: ["fs__write"]
+      decision: ask
+      callerMayApprove: true
+      reason: writes a file
+    - name: config
+      tools: ["fs__write"]
+      condition: 'args.path.startsWith("etc/")'
+      decision: ask
+    - name: secrets
+      tools: ["fs__write"]
+      condition: 'args.path.endsWith(".key")'
+      decision: deny
+`)
+	cases := []struct {
+		path string
+		want registry.Decision
+	}{
+		{"notes.txt", registry.Decision{Effect: registry.Ask, Rule: "p/writes", Reason: "writes a file", CallerMayApprove: true}},
+		{"etc/app.yaml", registry.Decision{Effect: registry.Ask, Rule: "p/config"}},
+		{"etc/app.key", registry.Decision{Effect: registry.Deny, Rule: "p/secrets"}},
+	}
+	for _, tc := range cases {
+		d, err := p.Decide(context.Background(), &registry.PolicyInput{
+			Tool:      &registry.Definition{Name: "fs__write", Tier: registry.SideEffecting},
+			Arguments: json.RawMessage(fmt.Sprintf(`{"path":%q}`, tc.path)), Caller: &registry.Caller{ID: "c"},
+		})
+		if err != nil || d != tc.want {
+			t.Errorf("%s: %+v %v, want %+v", tc.path, d, err, tc.want)
+		}
+	}
+	// A tier default never lets the caller approve.
+	d, err := p.Decide(context.Background(), &registry.PolicyInput{
+		Tool: &registry.Definition{Name: "shell__exec", Tier: registry.Privileged}, Caller: &registry.Caller{ID: "c"}})
+	if err != nil || d.Effect != registry.Ask || d.CallerMayApprove {
+		t.Errorf("tier default: %+v %v", d, err)
+	}
+}
+
+// TestCallerMayApproveMustBeABoolean: a value that is not true or false
+// is refused when the file is decoded, with its line.
+func TestCallerMayApproveMustBeABoolean(t *testing.T) {
+	rs, err := config.Parse("p.yaml", []byte(head+"    - name: r\n      tools: [\"*\"]\n      decision: ask\n      callerMayApprove: sometimes\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec policy.Spec
+	err = rs[0].Decode(&spec)
+	if err == nil || !strings.Contains(err.Error(), "line 9") || !strings.Contains(err.Error(), "sometimes") {
+		t.Errorf("decode: %v", err)
 	}
 }

@@ -1,0 +1,207 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestLocalBucket(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := NewLocal(2, func() time.Time { return now })
+	b := Bucket{Key: "a", PerSecond: 2, Burst: 3}
+	for i := range 3 {
+		d, err := l.Allow(t.Context(), b, 1)
+		if err != nil || !d.Allowed || d.Remaining != 2-i {
+			t.Fatalf("call %d: %+v %v", i, d, err)
+		}
+	}
+	d, _ := l.Allow(t.Context(), b, 1)
+	if d.Allowed || d.RetryAfter != 500*time.Millisecond || d.ResetAfter != 1500*time.Millisecond {
+		t.Errorf("over the burst: %+v; want refused, retry in 500ms, full in 1.5s", d)
+	}
+	now = now.Add(500 * time.Millisecond)
+	if d, _ := l.Allow(t.Context(), b, 1); !d.Allowed {
+		t.Errorf("after the refill: %+v", d)
+	}
+	if d, _ := l.Allow(t.Context(), b, 4); d.Allowed || d.RetryAfter <= 0 {
+		t.Errorf("more than the burst at once: %+v", d)
+	}
+	// Only maxKeys buckets are kept.
+	for _, k := range []string{"b", "c", "d"} {
+		_, _ = l.Allow(t.Context(), Bucket{Key: k, PerSecond: 1, Burst: 1}, 1)
+	}
+	if len(l.buckets) != 2 || l.order.Len() != 2 {
+		t.Errorf("%d buckets kept, want 2", len(l.buckets))
+	}
+	if _, err := l.Allow(t.Context(), Bucket{Key: "x"}, 1); err == nil {
+		t.Error("a bucket without a rate was accepted")
+	}
+}
+
+func redisURL(t *testing.T) string {
+	u := os.Getenv("TOOLSVC_TEST_REDIS_URL")
+	if u == "" {
+		t.Skip("TOOLSVC_TEST_REDIS_URL is not set; skipping the Redis tests (CI sets it to redis://127.0.0.1:6379/0)")
+	}
+	return u
+}
+
+func prefix(t *testing.T) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "toolsvc-test:" + t.Name() + ":" + hex.EncodeToString(b[:]) + ":"
+}
+
+// TestRedisSharedAcrossInstances: two limiters with their own connections
+// (two replicas) share one bucket; together they get the configured rate
+// within 10 %.
+func TestRedisSharedAcrossInstances(t *testing.T) {
+	url, pre := redisURL(t), prefix(t)
+	var lims []*Redis
+	for range 2 {
+		r, err := NewRedis(RedisOptions{URL: url, Prefix: pre, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		lims = append(lims, r)
+	}
+	b := Bucket{Key: "caller", PerSecond: 40, Burst: 5}
+	const window = 2 * time.Second
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, l := range lims {
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Since(start) < window {
+					d, err := l.Allow(t.Context(), b, 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						allowed.Add(1)
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	want := float64(b.Burst) + b.PerSecond*elapsed
+	got := float64(allowed.Load())
+	// Sharing promises the ceiling (two separate limits would allow twice
+	// as much); a loaded machine's slow clients may take fewer.
+	if got > want*1.10 || got < want/2 {
+		t.Errorf("two instances together allowed %v calls in %.2fs; want at most %.0f + 10 %% (and at least half)", got, elapsed, want)
+	}
+	t.Logf("allowed %v of an expected %.1f (%.1f %%)", got, want, 100*(got-want)/want)
+}
+
+// ownRedis starts a redis-server of the test's own on a free port; the
+// returned function kills it.
+func ownRedis(t *testing.T) (string, func()) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server is not installed")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	kill := func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(kill)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not come up", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "redis://" + addr + "/0", kill
+}
+
+func TestRedisOutage(t *testing.T) {
+	url, kill := ownRedis(t)
+	open, err := NewRedis(RedisOptions{URL: url, Prefix: "open:", FailOpen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	closed, err := NewRedis(RedisOptions{URL: url, Prefix: "closed:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closed.Close()
+	ctx := context.Background()
+	b := Bucket{Key: "c", PerSecond: 1, Burst: 2}
+	for _, l := range []*Redis{open, closed} {
+		if d, err := l.Allow(ctx, b, 1); err != nil || !d.Allowed {
+			t.Fatalf("with Redis up: %+v %v", d, err)
+		}
+		if s, ok := l.Status(ctx); !ok || s != "redis ok" {
+			t.Fatalf("status with Redis up: %q %v", s, ok)
+		}
+	}
+	kill()
+
+	// Failing closed: refused, and not ready.
+	d, err := closed.Allow(ctx, b, 1)
+	if !errors.Is(err, ErrUnavailable) || d.Allowed || d.RetryAfter <= 0 {
+		t.Errorf("failing closed with Redis down: %+v %v", d, err)
+	}
+	if s, ok := closed.Status(ctx); ok || !strings.Contains(s, "failing closed") {
+		t.Errorf("status failing closed: %q %v", s, ok)
+	}
+	// Failing open: the per-instance bucket decides, and the instance
+	// stays ready.
+	allowed := 0
+	for range 5 {
+		d, err := open.Allow(ctx, b, 1)
+		if err != nil {
+			t.Fatalf("failing open: %v", err)
+		}
+		if d.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 2 {
+		t.Errorf("failing open allowed %d of 5 calls; want the local burst of 2", allowed)
+	}
+	if s, ok := open.Status(ctx); !ok || !strings.Contains(s, "failing open") {
+		t.Errorf("status failing open: %q %v", s, ok)
+	}
+}
