@@ -19,7 +19,7 @@ const maxWait = 60 * time.Second
 func (s *Server) store() (registry.Store, error) {
 	st := s.deps.Executor.Store()
 	if st == nil {
-		return nil, errNotFound("this service keeps no call records")
+		return nil, problem(kindNotFound, "this service keeps no call records")
 	}
 	return st, nil
 }
@@ -34,7 +34,7 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 	var wait time.Duration
 	if v := r.URL.Query().Get("wait"); v != "" {
 		if wait, err = time.ParseDuration(v); err != nil || wait < 0 {
-			return errBadRequest("invalid_parameter", `wait must be a duration such as "30s"`)
+			return problem(kindInvalidParameter, `wait must be a duration such as "30s"`)
 		}
 		wait = min(wait, maxWait)
 	}
@@ -42,10 +42,10 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 	id := chi.URLParam(r, "toolCallId")
 	rec, err := st.GetCall(r.Context(), caller.ID, id)
 	if errors.Is(err, registry.ErrNotFound) {
-		return errNotFound("no call " + id + " of this caller is recorded (read_only calls are recorded only with \"record\": true)")
+		return problem(kindNotFound, "no call "+id+" of this caller is recorded (read_only calls are recorded only with \"record\": true)")
 	}
 	if err != nil {
-		return &Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", Detail: "the call store is not answering", RetryAfter: 1, Err: err}
+		return problem(kindUnavailable, "the call store is not answering").because(err)
 	}
 	if rec.State != registry.CallDone && wait > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
@@ -53,7 +53,7 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 		if got, err := st.WaitCall(ctx, caller.ID, id); got != nil {
 			rec = got
 		} else if err != nil && ctx.Err() == nil {
-			return &Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", Detail: "the call store is not answering", RetryAfter: 1, Err: err}
+			return problem(kindUnavailable, "the call store is not answering").because(err)
 		}
 	}
 	res := rec.Result
@@ -64,7 +64,7 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 	if rec.State != registry.CallDone {
 		status = http.StatusAccepted
 	}
-	return encode(w, status, res)
+	return encode(w, status, nativeResult(res))
 }
 
 // approvalList is the body of GET /approvals.
@@ -90,7 +90,7 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) err
 		f.Status = ""
 	default:
 		if f.Status, err = registry.ParseApprovalStatus(v); err != nil {
-			return errBadRequest("invalid_parameter", err.Error()+" or all")
+			return problem(kindInvalidParameter, err.Error()+" or all")
 		}
 	}
 	caller := CallerFrom(r.Context())
@@ -99,7 +99,7 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) err
 	}
 	list, err := st.ListApprovals(r.Context(), f)
 	if err != nil {
-		return &Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", Detail: "the call store is not answering", RetryAfter: 1, Err: err}
+		return problem(kindUnavailable, "the call store is not answering").because(err)
 	}
 	if list == nil {
 		list = []*registry.Approval{}
@@ -116,10 +116,10 @@ func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request) error
 	a, err := st.GetApproval(r.Context(), id)
 	caller := CallerFrom(r.Context())
 	if errors.Is(err, registry.ErrNotFound) || (err == nil && !canSeeAll(caller) && a.CallerID != caller.ID) {
-		return errNotFound("no approval request " + id)
+		return problem(kindNotFound, "no approval request "+id)
 	}
 	if err != nil {
-		return &Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", Detail: "the call store is not answering", RetryAfter: 1, Err: err}
+		return problem(kindUnavailable, "the call store is not answering").because(err)
 	}
 	return encode(w, http.StatusOK, a)
 }
@@ -141,21 +141,21 @@ func (s *Server) handleDecide(w http.ResponseWriter, r *http.Request) error {
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
-		return errBadRequest("invalid_decision", `send {"decision": "approve" | "deny", "reason": "..."}: `+err.Error())
+		return problem(kindInvalidDecision, `send {"decision": "approve" | "deny", "reason": "..."}: `+err.Error())
 	}
 	if d.Decision != registry.VerdictApprove && d.Decision != registry.VerdictDeny {
-		return errBadRequest("invalid_decision", `decision must be "approve" or "deny"`)
+		return problem(kindInvalidDecision, `decision must be "approve" or "deny"`)
 	}
 	if len(d.Reason) > 1000 {
-		return errBadRequest("invalid_decision", "reason is longer than 1000 characters")
+		return problem(kindInvalidDecision, "reason is longer than 1000 characters")
 	}
 	id := chi.URLParam(r, "id")
 	_, res, err := s.deps.Executor.Decide(r.Context(), CallerFrom(r.Context()), id, d.Decision, d.Reason)
 	if errors.Is(err, registry.ErrNotFound) || errors.Is(err, registry.ErrNoStore) {
-		return errNotFound("no approval request " + id)
+		return problem(kindNotFound, "no approval request "+id)
 	}
 	if err != nil {
-		return &Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", Detail: "the call store is not answering", RetryAfter: 1, Err: err}
+		return problem(kindUnavailable, "the call store is not answering").because(err)
 	}
-	return encode(w, resultStatus(res), res)
+	return encode(w, resultStatus(res), nativeResult(res))
 }

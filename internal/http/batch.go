@@ -28,23 +28,28 @@ type batchResponse struct {
 func decodeBatch(raw []byte) (*wireBatch, error) {
 	raw = bytes.TrimSpace(raw)
 	if raw[0] != '{' {
-		return nil, errBadRequest("invalid_batch", `a batch must be a JSON object: {"calls": [...]}`)
+		return nil, problem(kindInvalidBatch, `a batch must be a JSON object: {"calls": [...]}`)
 	}
 	var b wireBatch
 	if err := json.Unmarshal(raw, &b); err != nil {
-		return nil, errBadRequest("invalid_batch", `the batch does not have the expected shape {"calls": [...], "context": {...}, "catalog": [...]}: `+err.Error())
+		return nil, problem(kindInvalidBatch, `the batch does not have the expected shape {"calls": [...], "context": {...}, "catalog": [...]}: `+err.Error())
 	}
 	if b.Calls == nil {
-		return nil, errBadRequest("invalid_batch", `the batch has no "calls" array; send {"calls": [call, ...]}`)
+		return nil, problem(kindInvalidBatch, `the batch has no "calls" array; send {"calls": [call, ...]}`)
 	}
 	if n := len(*b.Calls); n > registry.MaxBatchCalls {
-		return nil, errBadRequest("invalid_batch", fmt.Sprintf("the batch holds %d calls; at most %d are allowed, so split it", n, registry.MaxBatchCalls))
+		return nil, problem(kindInvalidBatch, fmt.Sprintf("the batch holds %d calls; at most %d are allowed, so split it", n, registry.MaxBatchCalls))
 	}
 	return &b, nil
 }
 
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) error {
-	format, err := resultFormat(r.URL.Query().Get("format"))
+	q := r.URL.Query()
+	format, err := resultFormat(q.Get("format"))
+	if err != nil {
+		return err
+	}
+	strict, err := strictParam(q)
 	if err != nil {
 		return err
 	}
@@ -62,10 +67,13 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) error {
 	slots := make([]int, 0, len(raws))
 	ids := make(map[string]int, len(raws))
 	for i, raw := range raws {
-		call, err := decodeCall(raw)
+		call, err := decodeCall(raw, s.deps.Limits.MaxJSONDepth)
 		if err != nil {
 			results[i] = unreadableCall(i, call, err)
 			continue
+		}
+		if strict {
+			s.dropStrictNulls(call)
 		}
 		if b.Context != nil && call.Context == (registry.CallContext{}) {
 			call.Context = *b.Context
@@ -85,6 +93,15 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) error {
 		calls = append(calls, call)
 		slots = append(slots, i)
 	}
+	names := make([]string, len(calls))
+	for i, c := range calls {
+		names[i] = c.ToolName
+	}
+	// Every call of the batch takes a token; a batch over the limit runs
+	// none of its calls.
+	if err := s.limitHTTP(w, r, names...); err != nil {
+		return err
+	}
 	ran, err := s.deps.Executor.ExecuteBatch(r.Context(), CallerFrom(r.Context()), calls, s.deps.Batch)
 	if err != nil {
 		return err
@@ -92,6 +109,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) error {
 	for k, i := range slots {
 		results[i] = ran[k]
 	}
+	markRecordPending(w, results...)
 	out := batchResponse{Results: make([]any, len(results))}
 	for i, res := range results {
 		out.Results[i] = format(res)

@@ -386,7 +386,7 @@ func TestShapeErrorSpeaksJSON(t *testing.T) {
 		`{"toolName":"a__b","context":[]}`:             "context must be an object, not array",
 		`{"type":"function","function":{"name":true}}`: "function.name must be a string, not bool",
 	} {
-		_, err := decodeCall([]byte(body))
+		_, err := decodeCall([]byte(body), 64)
 		if err == nil || !strings.HasSuffix(err.(*Problem).Detail, want) {
 			t.Errorf("%s: %v, want …%s", body, err, want)
 		}

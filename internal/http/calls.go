@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -41,15 +42,31 @@ type wireCall struct {
 // decodeCall reads one call in any accepted shape. When the call is an
 // object that cannot be read, it also returns what could be read of it (its
 // id, for a batch to answer in the right slot).
-func decodeCall(raw []byte) (*registry.Call, error) {
+//
+// A native call must hold only members toolsvc knows, so that a misspelt
+// one ("args") is refused with the member it meant rather than silently
+// dropped. Bodies in a model provider's own shape keep the provider's other
+// members (a Gemini part's thoughtSignature, an item's status).
+func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '{' {
-		return nil, errBadRequest("invalid_call", "a call must be a JSON object")
+		return nil, problem(kindInvalidCall, "a call must be a JSON object")
 	}
 	var w wireCall
-	// On a type mismatch Unmarshal still fills the other fields.
-	uerr := json.Unmarshal(raw, &w)
+	// The decoder reports the first unknown member or type mismatch and
+	// still fills the other fields.
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	uerr := dec.Decode(&w)
+	unknown := unknownMember(uerr)
+	if unknown != "" {
+		// Read again without the check: a model-shaped body may carry
+		// members of its provider's own.
+		w = wireCall{}
+		uerr = json.Unmarshal(raw, &w)
+	}
 	c := w.Call
+	native := false
 	switch {
 	case w.Type == "function" && w.Function != nil:
 		c.ToolName, c.Arguments = w.Function.Name, w.Function.Arguments
@@ -71,18 +88,145 @@ func decodeCall(raw []byte) (*registry.Call, error) {
 		if c.ToolCallID == "" {
 			c.ToolCallID = w.FunctionCall.ID
 		}
+	default:
+		native = true
+		if unknown == "" {
+			unknown = w.modelMember()
+		}
+	}
+	if native && unknown != "" {
+		return &c, problem(kindUnknownMember, unknownMemberDetail(unknown))
 	}
 	if uerr != nil {
-		return &c, errBadRequest("invalid_call", "the call does not have the expected shape: "+shapeError(uerr))
+		return &c, problem(kindInvalidCall, "the call does not have the expected shape: "+shapeError(uerr))
+	}
+	if err := checkStringArguments(c.Arguments, maxDepth); err != nil {
+		return &c, err
 	}
 	if c.ToolName == "" {
-		return &c, errBadRequest("missing_tool_name", `the call names no tool; send {"toolName": "...", "arguments": {...}}, an OpenAI tool call or function_call item, an Anthropic tool_use block or a Gemini functionCall part`)
+		return &c, problem(kindMissingToolName, `the call names no tool; send {"toolName": "...", "arguments": {...}}, an OpenAI tool call or function_call item, an Anthropic tool_use block or a Gemini functionCall part`)
 	}
 	if len(c.ToolCallID) > 256 {
 		c.ToolCallID = ""
-		return &c, errBadRequest("invalid_call", "toolCallId is longer than 256 characters")
+		return &c, problem(kindInvalidCall, "toolCallId is longer than 256 characters")
 	}
 	return &c, nil
+}
+
+// checkStringArguments holds arguments given as a string holding JSON
+// (the OpenAI shape) to the body's depth limit: the body's own check sees
+// only a string.
+func checkStringArguments(args json.RawMessage, maxDepth int) error {
+	args = bytes.TrimSpace(args)
+	if len(args) == 0 || args[0] != '"' {
+		return nil
+	}
+	var inner string
+	if err := json.Unmarshal(args, &inner); err != nil {
+		return problem(kindInvalidCall, "arguments string is not a valid JSON string: "+err.Error())
+	}
+	if err := checkDepth([]byte(inner), maxDepth); err != nil {
+		return problem(kindTooDeep, fmt.Sprintf("arguments string nests deeper than %d levels", maxDepth))
+	}
+	return nil
+}
+
+// modelMember returns the first member of a model provider's shape that
+// w holds, for a body that turned out not to be in that shape.
+func (w *wireCall) modelMember() string {
+	switch {
+	case w.ID != "":
+		return "id"
+	case w.Type != "":
+		return "type"
+	case w.Function != nil:
+		return "function"
+	case w.Name != "":
+		return "name"
+	case len(w.Input) > 0:
+		return "input"
+	case w.CallID != "":
+		return "call_id"
+	}
+	return ""
+}
+
+// unknownMember returns the member an unknown-field error of
+// encoding/json names, or "".
+func unknownMember(err error) string {
+	if err == nil {
+		return ""
+	}
+	_, rest, ok := strings.Cut(err.Error(), "unknown field ")
+	if !ok {
+		return ""
+	}
+	name, err := strconv.Unquote(rest)
+	if err != nil {
+		return strings.Trim(rest, `"`)
+	}
+	return name
+}
+
+// unknownMemberDetail says that member is not part of a native call and
+// which member was probably meant.
+func unknownMemberDetail(member string) string {
+	detail := fmt.Sprintf("the call has a member %q, which is not part of a call", member)
+	if want := closestMember(member); want != "" {
+		return detail + fmt.Sprintf("; did you mean %q? Send {\"toolName\": \"...\", \"arguments\": {...}}", want)
+	}
+	return detail + "; a call has only " + strings.Join(callMembers(), ", ")
+}
+
+// memberAlias returns the native member that a name other APIs use for
+// it stands for, or "".
+func memberAlias(name string) string {
+	switch name {
+	case "args", "input", "params", "parameters":
+		return "arguments"
+	case "name", "tool", "tool_name", "function":
+		return "toolName"
+	case "id", "call_id", "tool_call_id", "callId":
+		return "toolCallId"
+	case "timeout", "timeout_ms":
+		return "timeoutMs"
+	case "instanceKey", "metadata":
+		return "context"
+	}
+	return ""
+}
+
+// closestMember returns the member of a native call (or of its context
+// and approval) that member most likely meant, or "".
+func closestMember(member string) string {
+	if want := memberAlias(member); want != "" {
+		return want
+	}
+	best, bestDist := "", 3 // at most two edits
+	for _, m := range callMembers() {
+		lm, lu := strings.ToLower(m), strings.ToLower(member)
+		if len(lu) >= 3 && strings.HasPrefix(lm, lu) {
+			return m
+		}
+		if d := registry.EditDistance(lu, lm); d < bestDist {
+			best, bestDist = m, d
+		}
+	}
+	return best
+}
+
+// callMembers lists the members of a native call and of its nested
+// objects, from registry.Call's own JSON names.
+func callMembers() []string {
+	var out []string
+	for _, t := range []reflect.Type{reflect.TypeFor[registry.Call](), reflect.TypeFor[registry.CallContext](), reflect.TypeFor[registry.InlineApproval]()} {
+		for f := range t.Fields() {
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" && f.IsExported() {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
 }
 
 // shapeError says which member of a call has the wrong type, in JSON
@@ -109,7 +253,12 @@ func shapeError(err error) string {
 }
 
 func (s *Server) handleCall(w http.ResponseWriter, r *http.Request) error {
-	format, err := resultFormat(r.URL.Query().Get("format"))
+	q := r.URL.Query()
+	format, err := resultFormat(q.Get("format"))
+	if err != nil {
+		return err
+	}
+	strict, err := strictParam(q)
 	if err != nil {
 		return err
 	}
@@ -117,15 +266,36 @@ func (s *Server) handleCall(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	call, err := decodeCall(body)
+	call, err := decodeCall(body, s.deps.Limits.MaxJSONDepth)
 	if err != nil {
+		return err
+	}
+	if strict {
+		s.dropStrictNulls(call)
+	}
+	if err := s.limitHTTP(w, r, call.ToolName); err != nil {
 		return err
 	}
 	res, err := s.deps.Executor.Execute(r.Context(), CallerFrom(r.Context()), call)
 	if err != nil {
 		return err
 	}
+	markRecordPending(w, res)
 	return encode(w, resultStatus(res), format(res))
+}
+
+// RecordHeader says, with the value "pending", that a call ran but its
+// record is not yet in the store: the service holds the result and
+// retries, and until then only this instance answers a retry with it.
+const RecordHeader = "Toolsvc-Record"
+
+func markRecordPending(w http.ResponseWriter, results ...*registry.Result) {
+	for _, r := range results {
+		if r != nil && r.RecordPending {
+			w.Header().Set(RecordHeader, "pending")
+			return
+		}
+	}
 }
 
 func resultStatus(r *registry.Result) int {

@@ -9,6 +9,8 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
 // encode writes v as JSON with status.
@@ -37,16 +39,16 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, error
 		if errors.As(err, &mbe) {
 			return nil, err
 		}
-		return nil, errBadRequest("unreadable_body", "could not read the request body: "+err.Error())
+		return nil, problem(kindUnreadableBody, "could not read the request body: "+err.Error())
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, errBadRequest("invalid_json", "request body is empty; send a JSON object")
+		return nil, problem(kindInvalidJSON, "request body is empty; send a JSON object")
 	}
 	if err := checkDepth(body, s.deps.Limits.MaxJSONDepth); err != nil {
 		return nil, err
 	}
 	if !json.Valid(body) {
-		return nil, errBadRequest("invalid_json", "request body is not valid JSON: "+syntaxError(body))
+		return nil, problem(kindInvalidJSON, "request body is not valid JSON: "+syntaxError(body))
 	}
 	return body, nil
 }
@@ -67,13 +69,11 @@ func syntaxError(body []byte) string {
 func requireJSON(r *http.Request) error {
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
-		return &Problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
-			Detail: "missing Content-Type; send Content-Type: application/json"}
+		return problem(kindUnsupportedMediaType, "missing Content-Type; send Content-Type: application/json")
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-		return &Problem{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
-			Detail: fmt.Sprintf("Content-Type %q is not supported; send Content-Type: application/json", ct)}
+		return problem(kindUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported; send Content-Type: application/json", ct))
 	}
 	return nil
 }
@@ -81,30 +81,8 @@ func requireJSON(r *http.Request) error {
 // checkDepth refuses JSON nested deeper than max, before any decoder
 // spends memory or stack on it.
 func checkDepth(b []byte, max int) error {
-	depth, inString, escaped := 0, false, false
-	for _, c := range b {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-		case '{', '[':
-			depth++
-			if depth > max {
-				return errBadRequest("too_deep", fmt.Sprintf("request body nests deeper than %d levels", max))
-			}
-		case '}', ']':
-			depth--
-		}
+	if !registry.WithinDepth(b, max) {
+		return problem(kindTooDeep, fmt.Sprintf("request body nests deeper than %d levels", max))
 	}
 	return nil
 }

@@ -1,8 +1,12 @@
 package http
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -23,11 +27,15 @@ type openAIFunction struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	Parameters  json.RawMessage `json:"parameters"`
+	// Strict is given only when the catalog is asked for with
+	// ?strict=true: true with the strict form of the parameters, false
+	// for a tool whose schema has none.
+	Strict *bool `json:"strict,omitempty"`
 }
 
-// openAIResponsesTool is a Responses API function tool. strict is false:
-// the API would otherwise default it to true, which only a subset of JSON
-// Schema satisfies.
+// openAIResponsesTool is a Responses API function tool. strict is false
+// unless ?strict=true asks for the strict form: the API would otherwise
+// default it to true, which only a subset of JSON Schema satisfies.
 type openAIResponsesTool struct {
 	Type        string          `json:"type"`
 	Name        string          `json:"name"`
@@ -50,6 +58,7 @@ type geminiDeclaration struct {
 	Name                 string          `json:"name"`
 	Description          string          `json:"description"`
 	ParametersJSONSchema json.RawMessage `json:"parametersJsonSchema"`
+	ResponseJSONSchema   json.RawMessage `json:"responseJsonSchema,omitempty"`
 }
 
 // geminiTool groups function declarations, as Gemini's tools list wants.
@@ -59,11 +68,12 @@ type geminiTool struct {
 
 // mcpTool is an MCP Tool; a catalog in this shape is a ListToolsResult.
 type mcpTool struct {
-	Name        string             `json:"name"`
-	Title       string             `json:"title,omitempty"`
-	Description string             `json:"description"`
-	InputSchema json.RawMessage    `json:"inputSchema"`
-	Annotations mcpToolAnnotations `json:"annotations"`
+	Name         string             `json:"name"`
+	Title        string             `json:"title,omitempty"`
+	Description  string             `json:"description"`
+	InputSchema  json.RawMessage    `json:"inputSchema"`
+	OutputSchema json.RawMessage    `json:"outputSchema,omitempty"`
+	Annotations  mcpToolAnnotations `json:"annotations"`
 }
 
 // mcpToolAnnotations are MCP's behaviour hints. readOnlyHint and
@@ -104,17 +114,53 @@ func openAIResponsesEntry(t *registry.Tool) openAIResponsesTool {
 	return openAIResponsesTool{Type: "function", Name: t.Name, Description: t.Description, Parameters: t.Parameters}
 }
 
+// strictParameters returns the strict form of t's parameters and true, or
+// its own parameters and false when they have none.
+func strictParameters(t *registry.Tool) (json.RawMessage, bool) {
+	if f := t.Strict(); f.Parameters != nil {
+		return f.Parameters, true
+	}
+	return t.Parameters, false
+}
+
+func openAIStrictEntry(t *registry.Tool) openAITool {
+	params, strict := strictParameters(t)
+	return openAITool{Type: "function", Function: openAIFunction{Name: t.Name, Description: t.Description, Parameters: params, Strict: &strict}}
+}
+
+func openAIResponsesStrictEntry(t *registry.Tool) openAIResponsesTool {
+	params, strict := strictParameters(t)
+	return openAIResponsesTool{Type: "function", Name: t.Name, Description: t.Description, Parameters: params, Strict: strict}
+}
+
+// notStrictTool names a tool served without its strict form, and why.
+type notStrictTool struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+// notStrict lists the tools of ts whose schemas have no strict form.
+func notStrict(ts []*registry.Tool) []notStrictTool {
+	out := []notStrictTool{}
+	for _, t := range ts {
+		if f := t.Strict(); f.Parameters == nil {
+			out = append(out, notStrictTool{Name: t.Name, Reason: f.Reason})
+		}
+	}
+	return out
+}
+
 func anthropicEntry(t *registry.Tool) anthropicTool {
 	return anthropicTool{Name: t.Name, Description: t.Description, InputSchema: t.Parameters}
 }
 
 func geminiEntry(t *registry.Tool) geminiDeclaration {
-	return geminiDeclaration{Name: t.Name, Description: t.Description, ParametersJSONSchema: t.Parameters}
+	return geminiDeclaration{Name: t.Name, Description: t.Description, ParametersJSONSchema: t.Parameters, ResponseJSONSchema: t.OutputSchema}
 }
 
 func mcpEntry(t *registry.Tool) mcpTool {
 	a := mcpAnnotations(t)
-	return mcpTool{Name: t.Name, Description: t.Description, InputSchema: t.Parameters, Annotations: a, Title: a.Title}
+	return mcpTool{Name: t.Name, Description: t.Description, InputSchema: t.Parameters, OutputSchema: t.OutputSchema, Annotations: a, Title: a.Title}
 }
 
 // geminiList puts every declaration in one Tool, as Gemini expects; an
@@ -130,48 +176,125 @@ func geminiList(ts []*registry.Tool) any {
 	return []geminiTool{{FunctionDeclarations: decls}}
 }
 
-// catalogFormatNames lists the ?format= values of GET /tools.
-const catalogFormatNames = "native, openai, openai-responses, anthropic, gemini, mcp"
-
-func catalogFormat(name string) (catalogFormatter, error) {
-	switch name {
-	case "", "native":
-		return perTool(func(t *registry.Tool) *registry.Definition { return &t.Definition }), nil
-	case "openai":
-		return perTool(openAIEntry), nil
-	case "openai-responses":
-		return perTool(openAIResponsesEntry), nil
-	case "anthropic":
-		return perTool(anthropicEntry), nil
-	case "gemini":
-		return catalogFormatter{one: func(t *registry.Tool) any { return geminiEntry(t) }, list: geminiList}, nil
-	case "mcp":
-		return perTool(mcpEntry), nil
-	}
-	return catalogFormatter{}, errBadRequest("invalid_parameter", fmt.Sprintf("format %q is not one of %s", name, catalogFormatNames))
+// wireFormat is one model API's shape of the catalog and of results;
+// strict, for the APIs with a strict mode, is the catalog ?strict=true
+// asks for.
+type wireFormat struct {
+	name    string
+	catalog catalogFormatter
+	result  func(*registry.Result) any
+	strict  *catalogFormatter
 }
 
-// mcpAnnotations are the tool's own hints, with what the tier implies
-// filled in where the tool says nothing: read_only tools are read-only and
-// idempotent; other tools are not read-only, are destructive unless they
-// say otherwise (MCP's own default) and are not known to be idempotent.
+// wireFormats is the one table of the ?format= values of GET /tools,
+// GET /tools/{name}, POST /calls and POST /calls/batch; /mcp serves the
+// "mcp" row's entries and results through the SDK.
+func wireFormats() []wireFormat {
+	return []wireFormat{
+		{"native", perTool(func(t *registry.Tool) *registry.Definition { return &t.Definition }), nativeResult, nil},
+		{"openai", perTool(openAIEntry), func(r *registry.Result) any {
+			return openAIToolMessage{Role: "tool", ToolCallID: r.ToolCallID, Content: renderText(r)}
+		}, ptr(perTool(openAIStrictEntry))},
+		{"openai-responses", perTool(openAIResponsesEntry), func(r *registry.Result) any {
+			return openAIFunctionCallOutput{Type: "function_call_output", CallID: r.ToolCallID, Output: renderText(r)}
+		}, ptr(perTool(openAIResponsesStrictEntry))},
+		{"anthropic", perTool(anthropicEntry), func(r *registry.Result) any {
+			return anthropicToolResult{Type: "tool_result", ToolUseID: r.ToolCallID,
+				Content: []textBlock{{Type: "text", Text: renderText(r)}}, IsError: r.Status == registry.StatusError}
+		}, nil},
+		{"gemini", catalogFormatter{one: func(t *registry.Tool) any { return geminiEntry(t) }, list: geminiList}, geminiResult, nil},
+		{"mcp", perTool(mcpEntry), func(r *registry.Result) any { return mcpResult(r) }, nil},
+	}
+}
+
+// formatNames lists the ?format= values.
+func formatNames() string {
+	var names []string
+	for _, f := range wireFormats() {
+		names = append(names, f.name)
+	}
+	return strings.Join(names, ", ")
+}
+
+func wireFormatNamed(name string) (wireFormat, error) {
+	if name == "" {
+		name = "native"
+	}
+	for _, f := range wireFormats() {
+		if f.name == name {
+			return f, nil
+		}
+	}
+	return wireFormat{}, problem(kindInvalidParameter, fmt.Sprintf("format %q is not one of %s", name, formatNames()))
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// catalogFormat returns the catalog shape of a ?format= value, in its
+// strict form when strict asks for it (only the formats of APIs with a
+// strict mode have one).
+func catalogFormat(name string, strict bool) (catalogFormatter, error) {
+	f, err := wireFormatNamed(name)
+	if err != nil || !strict {
+		return f.catalog, err
+	}
+	if f.strict == nil {
+		var with []string
+		for _, w := range wireFormats() {
+			if w.strict != nil {
+				with = append(with, w.name)
+			}
+		}
+		return catalogFormatter{}, problem(kindInvalidParameter, fmt.Sprintf("strict=true applies to format %s, not %q", strings.Join(with, " and "), cmp.Or(name, "native")))
+	}
+	return *f.strict, nil
+}
+
+// strictParam reads ?strict=: true, false, or absent (false).
+func strictParam(q url.Values) (bool, error) {
+	v := q.Get("strict")
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, problem(kindInvalidParameter, fmt.Sprintf("strict must be true or false, not %q", v))
+	}
+	return b, nil
+}
+
+// dropStrictNulls makes the arguments of a call from a model in strict
+// mode (?strict=true on POST /calls and /calls/batch) what the tool's own
+// schema takes: a null for an optional property the strict form made
+// nullable means the property is absent. A tool served without a strict
+// form gets its arguments as they are, and so does every call without
+// ?strict=true: a null there is judged by the tool's schema.
+func (s *Server) dropStrictNulls(call *registry.Call) {
+	if t, ok := s.deps.Executor.Registry().Lookup(call.ToolName); ok {
+		call.Arguments = t.Strict().DropNulls(call.Arguments)
+	}
+}
+
+// mcpAnnotations derive from the tier, so that a client that
+// auto-approves read-only tools agrees with the service's own policy:
+// readOnlyHint only for read_only tools; tools of other tiers are
+// destructive unless they say otherwise (MCP's own default), privileged
+// ones always; idempotent as the tool says, else only when read-only.
+// Title and openWorldHint are the tool's own.
 func mcpAnnotations(t *registry.Tool) mcpToolAnnotations {
 	var own registry.Annotations
 	if t.Annotations != nil {
 		own = *t.Annotations
 	}
 	readOnly := t.Tier == registry.ReadOnly
-	if own.ReadOnlyHint != nil {
-		readOnly = *own.ReadOnlyHint
-	}
 	idempotent := readOnly
 	if own.IdempotentHint != nil {
-		idempotent = *own.IdempotentHint
+		idempotent = *own.IdempotentHint || readOnly
 	}
 	a := mcpToolAnnotations{Title: own.Title, ReadOnlyHint: readOnly, IdempotentHint: idempotent, OpenWorldHint: own.OpenWorldHint}
 	if !readOnly {
 		destructive := true
-		if own.DestructiveHint != nil {
+		if own.DestructiveHint != nil && t.Tier != registry.Privileged {
 			destructive = *own.DestructiveHint
 		}
 		a.DestructiveHint = &destructive
@@ -227,51 +350,40 @@ type mcpCallToolResult struct {
 	IsError           bool            `json:"isError"`
 }
 
-// resultFormatNames lists the ?format= values of POST /calls and
-// POST /calls/batch.
-const resultFormatNames = "native, openai, openai-responses, anthropic, gemini, mcp"
-
 // resultFormat returns the renderer of a ?format= value of POST /calls.
 func resultFormat(name string) (func(*registry.Result) any, error) {
-	switch name {
-	case "", "native":
-		return func(r *registry.Result) any { return r }, nil
-	case "openai":
-		return func(r *registry.Result) any {
-			return openAIToolMessage{Role: "tool", ToolCallID: r.ToolCallID, Content: renderText(r)}
-		}, nil
-	case "openai-responses":
-		return func(r *registry.Result) any {
-			return openAIFunctionCallOutput{Type: "function_call_output", CallID: r.ToolCallID, Output: renderText(r)}
-		}, nil
-	case "anthropic":
-		return func(r *registry.Result) any {
-			return anthropicToolResult{Type: "tool_result", ToolUseID: r.ToolCallID,
-				Content: []textBlock{{Type: "text", Text: renderText(r)}}, IsError: r.Status == registry.StatusError}
-		}, nil
-	case "gemini":
-		return func(r *registry.Result) any {
-			resp := map[string]any{}
-			switch {
-			case r.Status == registry.StatusError:
-				resp["error"] = renderText(r)
-			case r.Status == registry.StatusOK && len(r.Output) > 0:
-				resp["output"] = r.Output
-			default:
-				resp["output"] = renderText(r)
-			}
-			return geminiPart{FunctionResponse: geminiFunctionResponse{ID: r.ToolCallID, Name: r.ToolName, Response: resp}}
-		}, nil
-	case "mcp":
-		return func(r *registry.Result) any {
-			out := mcpCallToolResult{Content: []textBlock{{Type: "text", Text: renderText(r)}}, IsError: r.Status == registry.StatusError}
-			if r.Status == registry.StatusOK && len(r.Output) > 0 && r.Output[0] == '{' {
-				out.StructuredContent = r.Output
-			}
-			return out
-		}, nil
+	f, err := wireFormatNamed(name)
+	return f.result, err
+}
+
+// geminiResult carries the output under "output" and a failure under
+// "error", as the Gemini API asks.
+func geminiResult(r *registry.Result) any {
+	resp := map[string]any{}
+	switch {
+	case r.Status == registry.StatusError:
+		resp["error"] = renderText(r)
+	case r.Status == registry.StatusOK && len(r.Output) > 0:
+		resp["output"] = r.Output
+	default:
+		resp["output"] = renderText(r)
 	}
-	return nil, errBadRequest("invalid_parameter", fmt.Sprintf("format %q is not one of %s", name, resultFormatNames))
+	return geminiPart{FunctionResponse: geminiFunctionResponse{ID: r.ToolCallID, Name: r.ToolName, Response: resp}}
+}
+
+// mcpResult is the CallToolResult of a result, on /mcp and ?format=mcp:
+// the text every shape renders, and an object output whole as
+// structuredContent (already checked against the tool's outputSchema).
+// A truncated output is a string cut with its marker, never structured
+// content.
+func mcpResult(r *registry.Result) mcpCallToolResult {
+	out := mcpCallToolResult{Content: []textBlock{{Type: "text", Text: renderText(r)}}, IsError: r.Status != registry.StatusOK}
+	if r.Status == registry.StatusOK && !r.Truncated {
+		if trimmed := bytes.TrimSpace(r.Output); len(trimmed) > 0 && trimmed[0] == '{' {
+			out.StructuredContent = trimmed
+		}
+	}
+	return out
 }
 
 // renderText renders a result as the text a model reads: a string output
@@ -307,4 +419,27 @@ func renderText(r *registry.Result) string {
 		fmt.Fprintf(&b, "\nSuggestion: %s", r.Error.Suggestion)
 	}
 	return b.String()
+}
+
+// nativeResult is the ToolCallResult as it is, except that a pending
+// approval also says how to decide it and where the result will be.
+func nativeResult(r *registry.Result) any {
+	if r.Approval == nil || r.Status != registry.StatusPendingApproval {
+		return r
+	}
+	return struct {
+		*registry.Result
+		Approval pendingApproval `json:"approval"`
+	}{r, pendingApproval{
+		ApprovalTicket: *r.Approval,
+		Approve:        fmt.Sprintf(`POST /approvals/%s {"decision": "approve"} or {"decision": "deny"}, by a caller with the approve scope`, r.Approval.ID),
+		Result:         fmt.Sprintf("GET /calls/%s?wait=30s", r.ToolCallID),
+	}}
+}
+
+// pendingApproval is the approval member of a pending ToolCallResult.
+type pendingApproval struct {
+	registry.ApprovalTicket
+	Approve string `json:"approve"`
+	Result  string `json:"result"`
 }

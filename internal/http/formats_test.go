@@ -306,7 +306,7 @@ func resultCases() []resultCase {
 			body: `{"type":"tool_use","id":"toolu_str","name":"test__say","input":{}}`,
 			id:   "toolu_str", text: "line one\nline \"two\" <b>"},
 		{name: "error from a Responses function_call",
-			body: `{"type":"function_call","id":"fc_1","call_id":"call_err","name":"text__transform","arguments":"{\"operation\":\"shout\"}"}`,
+			body: `{"type":"function_call","id":"fc_1","call_id":"call_err","name":"text__transform","arguments":"{\"operation\":\"shout\",\"text\":\"a\"}"}`,
 			id:   "call_err", isError: true,
 			text: "Error E_INVALID_ARGUMENTS: arguments do not match the schema of text__transform: at /operation: expected one of"},
 		{name: "unknown tool from a Gemini functionCall",
@@ -428,5 +428,100 @@ func TestCatalogSearchRanks(t *testing.T) {
 		if strings.Join(names, ",") != "json__query,text__transform" {
 			t.Errorf("format %s: %v", f, names)
 		}
+	}
+}
+
+// TestStrictCatalog: ?strict=true serves each tool whose schema has a
+// strict form with it and strict: true in both OpenAI shapes (still the
+// official libraries' types), the others as they are with strict: false,
+// named with their reason in notStrict; other formats refuse it.
+func TestStrictCatalog(t *testing.T) {
+	e := newFormatEnv(t)
+	tools := e.srv.deps.Executor.Registry().List(nil, registry.Filter{})
+	wantNot := map[string]bool{"json__query": true, "rich__write": true, "rich__exec": true, "test__say": true}
+
+	r := e.do("GET", "/tools?format=openai&strict=true", nil, nil, true)
+	var cat struct {
+		Tools     []json.RawMessage
+		NotStrict []notStrictTool
+	}
+	r.json(t, &cat)
+	if r.status != 200 || len(cat.Tools) != len(tools) {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	for i, raw := range cat.Tools {
+		var u openai.ChatCompletionToolUnionParam
+		decodeStrict(t, raw, &u)
+		f := u.GetFunction()
+		if f == nil || !f.Strict.Valid() || f.Strict.Value == wantNot[f.Name] {
+			t.Fatalf("%s: strict %v, want %v", raw, f.Strict, !wantNot[f.Name])
+		}
+		params := marshalled(t, f.Parameters)
+		if want := tools[i].Strict(); f.Strict.Value && !sameJSON(t, params, want.Parameters) || !f.Strict.Value && !sameJSON(t, params, tools[i].Parameters) {
+			t.Errorf("%s: parameters %s", f.Name, params)
+		}
+	}
+	var got []string
+	for _, n := range cat.NotStrict {
+		got = append(got, n.Name)
+		if !wantNot[n.Name] || !strings.HasPrefix(n.Reason, "the schema") {
+			t.Errorf("notStrict: %+v", n)
+		}
+	}
+	if len(got) != len(wantNot) {
+		t.Errorf("notStrict: %v, want %v", got, wantNot)
+	}
+
+	for _, raw := range catalogEntries(t, e, "openai-responses&strict=true") {
+		var u responses.ToolUnionParam
+		decodeStrict(t, raw, &u)
+		if f := u.OfFunction; f == nil || !f.Strict.Valid() || f.Strict.Value == wantNot[f.Name] {
+			t.Errorf("responses: %s", raw)
+		}
+	}
+	one := e.do("GET", "/tools/rich__read?format=openai&strict=true", nil, nil, true)
+	if !bytes.Contains(one.body, []byte(`"strict":true`)) || !bytes.Contains(one.body, []byte(`"enum":["a","b",null]`)) {
+		t.Errorf("one tool: %s", one.body)
+	}
+	// Without ?strict=true nothing changes.
+	if plain := e.do("GET", "/tools?format=openai", nil, nil, true); bytes.Contains(plain.body, []byte(`"strict"`)) || bytes.Contains(plain.body, []byte(`notStrict`)) {
+		t.Errorf("plain catalog: %.300s", plain.body)
+	}
+	for _, q := range []string{"format=mcp&strict=true", "strict=true", "format=openai&strict=maybe"} {
+		if r := e.do("GET", "/tools?"+q, nil, nil, !strings.Contains(q, "maybe")); r.status != 400 || !bytes.Contains(r.body, []byte("strict")) {
+			t.Errorf("%s: %d %s", q, r.status, r.body)
+		}
+	}
+}
+
+// TestStrictCalls: with ?strict=true a null for an optional property is
+// the property left out, in POST /calls and in a batch, whatever the
+// call's shape; without it the same null breaks the schema.
+func TestStrictCalls(t *testing.T) {
+	e := newFormatEnv(t)
+	openAICall := `{"id":"call_1","type":"function","function":{"name":"text__transform","arguments":"{\"operation\":\"split\",\"text\":\"a,b\",\"separator\":\",\",\"find\":null,\"pattern\":null,\"replacement\":null,\"parts\":null,\"algorithm\":null,\"limit\":null}"}}`
+	_, res := e.call("/calls?strict=true", openAICall)
+	if res.Status != registry.StatusOK || !strings.Contains(string(res.Output), `["a","b"]`) {
+		t.Errorf("strict call: %s %+v", res.Output, res.Error)
+	}
+	_, res = e.call("/calls", strings.Replace(openAICall, "call_1", "call_2", 1))
+	if res.Code() != registry.CodeInvalidArguments {
+		t.Errorf("the same call without strict: %s %+v", res.Output, res.Error)
+	}
+	// A null for a required property is still refused.
+	_, res = e.call("/calls?strict=true", `{"toolName":"text__transform","arguments":{"operation":null,"text":"a"}}`)
+	if res.Code() != registry.CodeInvalidArguments || !strings.Contains(res.Error.Message, "/operation") {
+		t.Errorf("null operation: %+v", res.Error)
+	}
+	r := e.do("POST", "/calls/batch?strict=true", []byte(`{"calls":[
+		{"type":"tool_use","id":"toolu_1","name":"rich__read","input":{"path":"p","mode":null,"limit":null,"ratio":null,"tags":null,"note":null}},
+		{"toolName":"rich__read","arguments":{"path":"p","mode":null,"limit":null,"ratio":null,"tags":["x"],"note":null}}]}`), jsonCT, true)
+	var batch struct{ Results []registry.Result }
+	r.json(t, &batch)
+	if len(batch.Results) != 2 || batch.Results[0].Status != registry.StatusOK || batch.Results[1].Status != registry.StatusOK {
+		t.Errorf("strict batch: %s", r.body)
+	}
+	if r := e.do("POST", "/calls?strict=yes", []byte(`{"toolName":"test__say"}`), jsonCT, false); r.status != 400 {
+		t.Errorf("strict=yes: %d %s", r.status, r.body)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sort"
 	"time"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
 func (s *Server) handleHealthz() http.HandlerFunc {
@@ -38,13 +40,22 @@ func (s *Server) handleReadyz() http.HandlerFunc {
 		sort.Strings(names)
 		for _, n := range names {
 			if err := s.deps.Ready[n](ctx); err != nil {
-				out.Checks[n] = err.Error()
+				out.Checks[n] = registry.RedactURLs(err.Error())
 				if status == http.StatusOK {
 					out.Status, status = "not_ready", http.StatusServiceUnavailable
 				}
 				continue
 			}
 			out.Checks[n] = "ok"
+		}
+		if s.deps.RateLimiter != nil {
+			// Failing open, a Redis outage is reported but keeps the
+			// instance ready; failing closed, it is not ready.
+			detail, ok := s.deps.RateLimiter.Status(ctx)
+			out.Checks["rateLimit"] = detail
+			if !ok && status == http.StatusOK {
+				out.Status, status = "not_ready", http.StatusServiceUnavailable
+			}
 		}
 		_ = encode(w, status, out)
 	}

@@ -6,118 +6,332 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
+	"strings"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
+// mcpListTTL is the ttlMs of tools/list and server/discover: how long a
+// client may reuse the list. Short, because a reload changes it and the
+// service cannot tell clients (it is stateless, so it sends no
+// list_changed).
+const mcpListTTL = 30_000
+
 // handleMCP serves the caller's catalog as an MCP server over streamable
 // HTTP (the go-sdk's handler), in stateless mode: every POST gets a fresh
 // MCP server bound to the caller that the authenticate middleware found,
 // so a session can never be used with another caller's token, and
-// tools/list always shows the registry in use (a reload needs no
-// list_changed). Responses are plain JSON rather than event streams,
-// which keeps curl usable. tools/call goes through the same executor,
-// policy, limits and metrics as POST /calls.
+// tools/list always shows the registry in use. Responses are plain JSON
+// rather than event streams, which keeps curl usable. tools/call goes
+// through the same executor, policy, limits and metrics as POST /calls.
+//
+// The SDK speaks both 2025-11-25 (initialize) and 2026-07-28
+// (server/discover, resultType, Mcp-Method/Mcp-Name headers, list
+// caching); around it, errors the SDK writes as text/plain become JSON-RPC
+// errors, and a JSON-RPC batch holds at most registry.MaxBatchCalls
+// messages, like POST /calls/batch.
 func (s *Server) handleMCP() http.Handler {
-	return mcp.NewStreamableHTTPHandler(s.mcpServer, &mcp.StreamableHTTPOptions{
+	h := mcp.NewStreamableHTTPHandler(s.mcpServer, &mcp.StreamableHTTPOptions{
 		Stateless:                    true,
 		JSONResponse:                 true,
 		MaxRequestBodyBytes:          s.deps.Limits.MaxRequestBytes,
 		PropagateRequestCancellation: true,
 		Logger:                       quiet(s.deps.Logger),
 	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		jw := &jsonRPCErrors{ResponseWriter: w}
+		defer jw.finish()
+		if err := boundBatch(jw, r, s.deps.Limits.MaxRequestBytes); err != nil {
+			writeJSONRPC(jw, err.status, err.code, err.msg)
+			return
+		}
+		h.ServeHTTP(jw, r)
+	})
 }
 
-// mcpServer is the MCP server of one request: tools/list and tools/call
-// are answered from the executor for the request's caller.
+// mcpServer is the MCP server of one request: the caller's catalog, each
+// tool answered by the executor for that caller.
 func (s *Server) mcpServer(r *http.Request) *mcp.Server {
 	caller := CallerFrom(r.Context())
 	span := trace.SpanFromContext(r.Context())
-	srv := mcp.NewServer(&mcp.Implementation{Name: "toolsvc", Title: "toolsvc tools"}, &mcp.ServerOptions{
+	base := requestBase(r)
+	srv := mcp.NewServer(&mcp.Implementation{Name: "toolsvc", Title: "toolsvc tools", Version: s.version()}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		Logger:       quiet(s.deps.Logger),
+		// The list differs per caller: only that caller's client may cache it.
+		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
+			c.CacheScope, c.TTLMs = "private", mcpListTTL
+		},
 	})
+	// Only tools are served: the SDK would answer prompts and resources
+	// lists (empty) although the capabilities do not declare them.
 	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			switch method {
-			case "tools/list":
-				return s.mcpList(caller), nil
-			case "tools/call":
-				call, ok := req.(*mcp.CallToolRequest)
-				if !ok {
-					return next(ctx, method, req)
-				}
-				// Keep the HTTP request's span as the parent of execute_tool.
-				return s.mcpCall(trace.ContextWithSpan(ctx, span), caller, call.Params), nil
+			if strings.HasPrefix(method, "prompts/") || strings.HasPrefix(method, "resources/") {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("method %q is not served: this server has tools only", method)}
 			}
 			return next(ctx, method, req)
 		}
 	})
+	handler := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if err := s.mcpLimit(ctx, caller, req.Params.Name); err != nil {
+			return nil, err
+		}
+		// Keep the HTTP request's span as the parent of execute_tool.
+		ctx = trace.ContextWithSpan(ctx, span)
+		if req.Params.RequestState != "" || req.Params.InputResponses != nil {
+			// The retry of an input_required result: the caller's answer.
+			res, err := s.mcpAnswer(ctx, caller, req.Params)
+			return linkCutOutputs(res, base), err
+		}
+		return linkCutOutputs(s.mcpCall(ctx, caller, req.Params, canElicit(req)), base), nil
+	}
+	for _, t := range s.deps.Executor.Registry().List(caller, registry.Filter{}) {
+		srv.AddTool(mcpSDKTool(t), handler)
+	}
 	return srv
 }
 
-func (s *Server) mcpList(caller *registry.Caller) *mcp.ListToolsResult {
-	tools := s.deps.Executor.Registry().List(caller, registry.Filter{})
-	out := &mcp.ListToolsResult{Tools: make([]*mcp.Tool, 0, len(tools))}
-	for _, t := range tools {
-		a := mcpAnnotations(t)
-		out.Tools = append(out.Tools, &mcp.Tool{
-			Name:        t.Name,
-			Title:       a.Title,
-			Description: t.Description,
-			InputSchema: t.Parameters,
-			Annotations: &mcp.ToolAnnotations{
-				Title:           a.Title,
-				ReadOnlyHint:    a.ReadOnlyHint,
-				DestructiveHint: a.DestructiveHint,
-				IdempotentHint:  a.IdempotentHint,
-				OpenWorldHint:   a.OpenWorldHint,
-			},
-		})
+// mcpSDKTool is the SDK's form of the catalog entry mcpEntry renders.
+func mcpSDKTool(t *registry.Tool) *mcp.Tool {
+	e := mcpEntry(t)
+	out := &mcp.Tool{
+		Name:        e.Name,
+		Title:       e.Title,
+		Description: e.Description,
+		InputSchema: e.InputSchema,
+		Annotations: &mcp.ToolAnnotations{
+			Title:           e.Annotations.Title,
+			ReadOnlyHint:    e.Annotations.ReadOnlyHint,
+			DestructiveHint: e.Annotations.DestructiveHint,
+			IdempotentHint:  e.Annotations.IdempotentHint,
+			OpenWorldHint:   e.Annotations.OpenWorldHint,
+		},
+	}
+	if len(e.OutputSchema) > 0 {
+		out.OutputSchema = e.OutputSchema
 	}
 	return out
 }
 
-// mcpCall runs one tools/call. Every outcome is a CallToolResult ("the
-// tool failed" is a result, not a protocol error), with the
-// ToolCallResult as structured content so clients can read the code.
-func (s *Server) mcpCall(ctx context.Context, caller *registry.Caller, p *mcp.CallToolParamsRaw) *mcp.CallToolResult {
+// mcpCall runs one tools/call. Every outcome of a call that was taken is
+// a CallToolResult ("the tool failed" is a result, not a protocol error);
+// an unknown tool never gets here (the SDK answers -32602). A call sent
+// for approval that the caller may approve themselves is, for a client
+// that can answer (elicit), an input_required result asking them to.
+func (s *Server) mcpCall(ctx context.Context, caller *registry.Caller, p *mcp.CallToolParamsRaw, elicit bool) *mcp.CallToolResult {
 	if !caller.Has(registry.ScopeCall) {
-		return mcpText(true, fmt.Sprintf("This caller lacks the %q scope and cannot call tools.", registry.ScopeCall), nil)
+		return mcpText(fmt.Sprintf("This caller lacks the %q scope and cannot call tools.", registry.ScopeCall))
 	}
 	res, err := s.deps.Executor.Execute(ctx, caller, &registry.Call{ToolName: p.Name, Arguments: p.Arguments})
 	if errors.Is(err, registry.ErrOverloaded) {
-		return mcpText(true, "The service is busy (too many tool calls at once). Wait a few seconds and call the tool again.", nil)
+		return mcpText("The service is busy (too many tool calls at once). Wait a few seconds and call the tool again.")
 	}
 	if err != nil {
-		return mcpText(true, "The call could not be taken: "+err.Error(), nil)
+		return mcpText("The call could not be taken: " + err.Error())
 	}
-	// The text is what every other shape renders (renderText); MCP has no
-	// "pending" result, so a call waiting for approval is an error result
-	// (the tool did not run) that tells the model to stop and wait.
-	switch res.Status {
-	case registry.StatusOK:
-		out := mcpText(false, renderText(res), nil)
-		if trimmed := bytes.TrimSpace(res.Output); len(trimmed) > 0 && trimmed[0] == '{' {
-			out.StructuredContent = json.RawMessage(trimmed)
+	if elicit && res.Status == registry.StatusPendingApproval && res.Approval != nil {
+		if ask := s.mcpAskCaller(ctx, caller, res.Approval.ID); ask != nil {
+			return ask
 		}
-		return out
-	default:
-		return mcpText(true, renderText(res), res)
+	}
+	return mcpToolResult(res)
+}
+
+// mcpToolResult is the CallToolResult of a result.
+func mcpToolResult(res *registry.Result) *mcp.CallToolResult {
+	w := mcpResult(res)
+	out := &mcp.CallToolResult{IsError: w.IsError, Content: []mcp.Content{&mcp.TextContent{Text: w.Content[0].Text}}}
+	if len(w.StructuredContent) > 0 {
+		out.StructuredContent = w.StructuredContent
+	}
+	return out
+}
+
+// mcpRateLimited is the JSON-RPC error of a tools/call over the caller's
+// rate limit: an implementation-defined server error (-32000..-32099),
+// with the wait in data.retryAfter (seconds), as the HTTP status of a
+// JSON-RPC response over streamable HTTP stays 200.
+const mcpRateLimited = -32029
+
+// mcpLimit applies the caller's rate limit to one tools/call.
+func (s *Server) mcpLimit(ctx context.Context, caller *registry.Caller, tool string) error {
+	_, err := s.limitCalls(ctx, caller, []string{tool})
+	var rl *rateLimited
+	if !errors.As(err, &rl) {
+		return err
+	}
+	p := rl.problem()
+	data, _ := json.Marshal(map[string]any{"code": p.Code, "retryAfter": p.RetryAfter, "limit": rl.d.Limit, "remaining": rl.d.Remaining})
+	return &jsonrpc.Error{Code: mcpRateLimited, Message: p.Detail, Data: data}
+}
+
+func mcpText(text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+// version is the serverInfo.version of /mcp: the service's version, else
+// the module's from build info, with the VCS revision when known.
+func (s *Server) version() string {
+	if s.deps.Version != "" && s.deps.Version != "dev" {
+		return s.deps.Version
+	}
+	v := s.deps.Version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if mv := bi.Main.Version; mv != "" && mv != "(devel)" {
+			v = mv
+		}
+		for _, st := range bi.Settings {
+			if st.Key == "vcs.revision" && len(st.Value) >= 12 {
+				v += "+" + st.Value[:12]
+			}
+		}
+	}
+	if v == "" {
+		v = "dev"
+	}
+	return v
+}
+
+// rpcError is a JSON-RPC error answered before the SDK sees the request.
+type rpcError struct {
+	status int
+	code   int64
+	msg    string
+}
+
+// boundBatch refuses a JSON-RPC batch of more than registry.MaxBatchCalls
+// messages (the SDK takes batches from clients of revisions before
+// 2025-06-18), and leaves the body readable for the SDK.
+func boundBatch(w *jsonRPCErrors, r *http.Request, limit int64) *rpcError {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return nil
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	r.Body.Close()
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return &rpcError{http.StatusRequestEntityTooLarge, jsonrpc.CodeInvalidRequest, fmt.Sprintf("the request body exceeds %d bytes", mbe.Limit)}
+	}
+	if err != nil {
+		return &rpcError{http.StatusBadRequest, jsonrpc.CodeParseError, "the request body could not be read: " + err.Error()}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '[' {
+		var one struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if json.Unmarshal(trimmed, &one) == nil {
+			w.id = one.ID
+		}
+		return nil
+	}
+	var batch []json.RawMessage
+	if json.Unmarshal(trimmed, &batch) != nil {
+		return nil // the SDK reports the parse error
+	}
+	if len(batch) > registry.MaxBatchCalls {
+		return &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest,
+			fmt.Sprintf("the JSON-RPC batch holds %d messages; at most %d are allowed, so split it", len(batch), registry.MaxBatchCalls)}
+	}
+	return nil
+}
+
+// jsonRPCErrors turns the SDK's text/plain error answers (bad headers,
+// wrong content type, oversized body, malformed JSON) into JSON-RPC error
+// responses with id null, keeping the HTTP status.
+type jsonRPCErrors struct {
+	http.ResponseWriter
+	status  int
+	text    bytes.Buffer
+	capture bool
+	// id is the request's id, when the body is one message.
+	id json.RawMessage
+}
+
+func (w *jsonRPCErrors) WriteHeader(status int) {
+	if w.status != 0 {
+		return
+	}
+	w.status = status
+	h := w.Header()
+	if status >= 400 && strings.HasPrefix(h.Get("Content-Type"), "text/plain") {
+		w.capture = true
+		h.Del("Content-Length")
+		h.Del("X-Content-Type-Options")
+		return
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *jsonRPCErrors) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.capture {
+		return w.text.Write(b)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *jsonRPCErrors) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok && !w.capture {
+		f.Flush()
 	}
 }
 
-func mcpText(isError bool, text string, structured *registry.Result) *mcp.CallToolResult {
-	r := &mcp.CallToolResult{IsError: isError, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
-	if structured != nil {
-		r.StructuredContent = structured
+func (w *jsonRPCErrors) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// finish writes a captured text error as a JSON-RPC error.
+func (w *jsonRPCErrors) finish() {
+	if !w.capture {
+		return
 	}
-	return r
+	w.capture = false
+	code := int64(jsonrpc.CodeInvalidRequest)
+	msg := strings.TrimSpace(w.text.String())
+	var id json.RawMessage
+	switch {
+	case strings.HasPrefix(msg, "malformed payload"):
+		code = jsonrpc.CodeParseError
+	case strings.HasPrefix(msg, "JSON RPC not handled"):
+		// The SDK answers an unknown method with -32601 from 2026-07-28
+		// on, and with a text error before.
+		code, id = jsonrpc.CodeMethodNotFound, w.id
+	}
+	writeJSONRPCID(w, w.status, id, code, msg)
+}
+
+// writeJSONRPC writes a JSON-RPC error response (id null: the request's id
+// is unknown or unread) with an HTTP status.
+func writeJSONRPC(w http.ResponseWriter, status int, code int64, msg string) {
+	writeJSONRPCID(w, status, nil, code, msg)
+}
+
+func writeJSONRPCID(w http.ResponseWriter, status int, id json.RawMessage, code int64, msg string) {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": code, "message": msg}})
+	w.Header().Set("Content-Type", "application/json")
+	if jw, ok := w.(*jsonRPCErrors); ok {
+		jw.status = 0
+		jw.capture = false
+		jw.ResponseWriter.WriteHeader(status)
+		_, _ = jw.ResponseWriter.Write(body)
+		return
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }
 
 // quiet passes on only the SDK's warnings and errors: it logs every

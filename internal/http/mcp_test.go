@@ -1,11 +1,16 @@
 package http
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -87,9 +92,10 @@ func TestMCPEndpoint(t *testing.T) {
 	if !res.IsError || !strings.HasPrefix(resultText(res), "Error E_INVALID_ARGUMENTS: ") || !strings.Contains(resultText(res), "at /text: ") {
 		t.Errorf("validation error: %s", resultText(res))
 	}
-	var structured registry.Result
-	if err := json.Unmarshal(mustJSON(t, res.StructuredContent), &structured); err != nil || structured.Code() != registry.CodeInvalidArguments {
-		t.Errorf("structured error: %v %+v", err, structured)
+	// An error result carries no structuredContent: it would have to
+	// match the tool's outputSchema.
+	if res.StructuredContent != nil {
+		t.Errorf("structured content on an error result: %v", res.StructuredContent)
 	}
 
 	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "test__priv", Arguments: map[string]any{}})
@@ -100,12 +106,9 @@ func TestMCPEndpoint(t *testing.T) {
 		t.Errorf("policy: %s", resultText(res))
 	}
 
-	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "text__transfrom", Arguments: map[string]any{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.IsError || !strings.Contains(resultText(res), "E_TOOL_NOT_FOUND") || !strings.Contains(resultText(res), "text__transform") {
-		t.Errorf("unknown tool: %s", resultText(res))
+	// An unknown tool is a protocol error (-32602), not a result.
+	if _, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "text__transfrom", Arguments: map[string]any{}}); err == nil || !strings.Contains(err.Error(), `unknown tool "text__transfrom"`) {
+		t.Errorf("unknown tool: %v", err)
 	}
 	if n := counterValue(t, e, "toolsvc_tool_calls_total", `tool="text__transform"`); n < 2 {
 		t.Errorf("calls over /mcp are not counted: %v", n)
@@ -135,16 +138,16 @@ func TestMCPAuthentication(t *testing.T) {
 	if err != nil || len(list.Tools) != 1 || list.Tools[0].Name != "text__transform" {
 		t.Fatalf("caller's catalog: %v %+v", err, list)
 	}
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "json__query", Arguments: map[string]any{"program": "."}})
-	if err != nil || !res.IsError || !strings.Contains(resultText(res), "E_TOOL_NOT_IN_CATALOG") {
-		t.Errorf("call outside the catalog: %v %s", err, resultText(res))
+	// A tool outside the caller's catalog is not in its server at all.
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "json__query", Arguments: map[string]any{"program": "."}}); err == nil || !strings.Contains(err.Error(), `unknown tool "json__query"`) {
+		t.Errorf("call outside the catalog: %v", err)
 	}
 	reader, err := mcpSession(t, e, "reader")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer reader.Close()
-	res, err = reader.CallTool(ctx, &mcp.CallToolParams{Name: "text__transform", Arguments: map[string]any{"operation": "upper", "text": "a"}})
+	res, err := reader.CallTool(ctx, &mcp.CallToolParams{Name: "text__transform", Arguments: map[string]any{"operation": "upper", "text": "a"}})
 	if err != nil || !res.IsError || !strings.Contains(resultText(res), `lacks the "call" scope`) {
 		t.Errorf("caller without the call scope: %v %s", err, resultText(res))
 	}
@@ -169,19 +172,16 @@ func TestMCPPendingApproval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pending registry.Result
-	if err := json.Unmarshal(mustJSON(t, res.StructuredContent), &pending); err != nil || pending.Approval == nil {
-		t.Fatalf("pending result: %v %s", err, resultText(res))
-	}
 	text := resultText(res)
-	if !res.IsError || pending.Status != registry.StatusPendingApproval || !strings.Contains(text, pending.Approval.ID) || !strings.Contains(text, "wait") {
+	m := regexp.MustCompile(`Approval id: (apr_\w+) .* Tool call id: (call_\w+)\.`).FindStringSubmatch(text)
+	if !res.IsError || res.StructuredContent != nil || m == nil || !strings.Contains(text, "wait") {
 		t.Fatalf("pending approval over MCP: %s", text)
 	}
-	r := e.do("POST", "/approvals/"+pending.Approval.ID, []byte(`{"decision":"approve","reason":"ok"}`), jsonCT, true)
+	r := e.do("POST", "/approvals/"+m[1], []byte(`{"decision":"approve","reason":"ok"}`), jsonCT, true)
 	if r.status != 200 {
 		t.Fatalf("approve: %d %s", r.status, r.body)
 	}
-	r = e.do("GET", "/calls/"+pending.ToolCallID, nil, nil, true)
+	r = e.do("GET", "/calls/"+m[2], nil, nil, true)
 	if r.status != 200 || !strings.Contains(string(r.body), `"output":"ran"`) {
 		t.Errorf("result after approval: %d %s", r.status, r.body)
 	}
@@ -262,4 +262,139 @@ func BenchmarkMCPCall(b *testing.B) {
 			resp.Body.Close()
 		}
 	})
+}
+
+// recordingTransport keeps the requests' MCP headers and the answers'
+// bodies of an MCP client; with a token, it sends it as the bearer.
+type recordingTransport struct {
+	token   string
+	mu      sync.Mutex
+	headers []http.Header
+	bodies  []string
+}
+
+func (rt *recordingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if rt.token != "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+rt.token)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	rt.mu.Lock()
+	rt.headers = append(rt.headers, r.Header.Clone())
+	rt.bodies = append(rt.bodies, string(body))
+	rt.mu.Unlock()
+	return resp, nil
+}
+
+// String is the answers' bodies, one a line.
+func (rt *recordingTransport) String() string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return strings.Join(rt.bodies, "\n")
+}
+
+// TestMCPRevision20260728: the Go SDK client negotiates 2026-07-28 with
+// server/discover and sends Mcp-Method/Mcp-Name; tools/list is private
+// to the caller with a ttl; a bogus cursor is -32602; a tool's result
+// carries structuredContent that matches its outputSchema.
+func TestMCPRevision20260728(t *testing.T) {
+	e := newEnv(t)
+	rt := &recordingTransport{}
+	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: e.ts.URL + "/mcp", HTTPClient: &http.Client{Transport: rt}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	ctx := context.Background()
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list.CacheScope != "private" || list.TTLMs <= 0 {
+		t.Errorf("tools/list cache fields: %q %d", list.CacheScope, list.TTLMs)
+	}
+	var transform *mcp.Tool
+	for _, tl := range list.Tools {
+		if tl.Name == "text__transform" {
+			transform = tl
+		}
+	}
+	if transform == nil || transform.OutputSchema == nil {
+		t.Fatalf("text__transform without outputSchema: %+v", transform)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "text__transform", Arguments: map[string]any{"operation": "lower", "text": "HI"}})
+	if err != nil || res.IsError || !strings.Contains(string(mustJSON(t, res.StructuredContent)), `"result":"hi"`) {
+		t.Fatalf("call: %v %+v", err, res)
+	}
+	if _, err := cs.ListTools(ctx, &mcp.ListToolsParams{Cursor: "bogus"}); err == nil || !strings.Contains(err.Error(), "invalid") {
+		t.Errorf("bogus cursor: %v", err)
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	var methods []string
+	sawVersion, sawName := false, false
+	for _, h := range rt.headers {
+		methods = append(methods, h.Get("Mcp-Method"))
+		sawVersion = sawVersion || h.Get("Mcp-Protocol-Version") == "2026-07-28"
+		sawName = sawName || h.Get("Mcp-Name") == "text__transform"
+	}
+	if len(methods) == 0 || methods[0] != "server/discover" || !sawVersion || !sawName {
+		t.Errorf("the client did not speak 2026-07-28: methods %v, version %v, name %v", methods, sawVersion, sawName)
+	}
+	joined := strings.Join(rt.bodies, "\n")
+	if !strings.Contains(joined, `"resultType":"complete"`) || !strings.Contains(joined, `"version":"`) {
+		t.Errorf("answers lack resultType or serverInfo.version: %s", joined)
+	}
+}
+
+// TestMCPWireErrors: what the SDK would answer in text/plain is a
+// JSON-RPC error; an unknown method is -32601 with the request's id; a
+// batch over 50 messages is refused whole; 405s carry Allow.
+func TestMCPWireErrors(t *testing.T) {
+	e := newEnv(t)
+	mcpHeaders := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream", "Mcp-Protocol-Version": "2025-11-25"}
+	var batch []string
+	for i := range 51 {
+		batch = append(batch, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, i))
+	}
+	for _, c := range []struct {
+		name, body string
+		header     map[string]string
+		status     int
+		code       int
+		id         string
+	}{
+		{"wrong content type", `{}`, map[string]string{"Content-Type": "text/plain", "Accept": "application/json, text/event-stream"}, 415, -32600, "null"},
+		{"not JSON", `{`, mcpHeaders, 400, -32700, "null"},
+		{"unknown method", `{"jsonrpc":"2.0","id":"q7","method":"foo/bar"}`, mcpHeaders, 400, -32601, `"q7"`},
+		{"batch of 51", "[" + strings.Join(batch, ",") + "]", map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}, 400, -32600, "null"},
+	} {
+		r := e.do("POST", "/mcp", []byte(c.body), c.header, false)
+		var msg struct {
+			ID    json.RawMessage `json:"id"`
+			Error struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(r.body, &msg); err != nil || r.status != c.status || !strings.HasPrefix(r.header.Get("Content-Type"), "application/json") ||
+			msg.Error.Code != c.code || string(msg.ID) != c.id || msg.Error.Message == "" {
+			t.Errorf("%s: %d %s %s", c.name, r.status, r.header.Get("Content-Type"), r.body)
+		}
+	}
+	for _, c := range []struct{ method, path, allow string }{
+		{"GET", "/mcp", "POST"}, {"DELETE", "/tools", "GET"}, {"PUT", "/calls", "POST"}, {"DELETE", "/approvals/apr_1", "GET, POST"},
+	} {
+		r := e.do(c.method, c.path, nil, nil, false)
+		if r.status != 405 || r.header.Get("Allow") != c.allow {
+			t.Errorf("%s %s: %d Allow %q, want %q", c.method, c.path, r.status, r.header.Get("Allow"), c.allow)
+		}
+	}
 }

@@ -20,14 +20,12 @@ import (
 type ctxKey int
 
 const (
-	requestIDKey ctxKey = iota
-	callerKey
+	callerKey ctxKey = iota
 )
 
-func requestIDFrom(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey).(string)
-	return id
-}
+// requestIDFrom returns the request's id; the executor's audit line of a
+// call reads it from the same context value.
+func requestIDFrom(ctx context.Context) string { return registry.RequestIDFrom(ctx) }
 
 // CallerFrom returns the authenticated caller of a request.
 func CallerFrom(ctx context.Context) *registry.Caller {
@@ -46,7 +44,7 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 			id = hex.EncodeToString(b[:])
 		}
 		w.Header().Set("X-Request-Id", id)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
+		next.ServeHTTP(w, r.WithContext(registry.WithRequestID(r.Context(), id)))
 	})
 }
 
@@ -62,16 +60,31 @@ func saneID(id string) bool {
 	return true
 }
 
-// accessLog writes one line per request, labelled by route pattern.
+// accessLog writes one line per request, labelled by route pattern. A
+// call the executor answered (POST /calls or /calls/batch with a 2xx) has
+// its audit line ("tool call", with the request id), so its access line is
+// at debug level: one line per call, not two. A call refused before the
+// executor (a bad body, a rate limit, overload) keeps its access line.
 func (s *Server) accessLog(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		// The telemetry middleware's wrapper already counts status and
+		// bytes; wrap again only without it.
+		ww, ok := w.(middleware.WrapResponseWriter)
+		if !ok {
+			ww = middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		}
 		next.ServeHTTP(ww, r)
 		route := chi.RouteContext(r.Context()).RoutePattern()
 		level := slog.LevelInfo
-		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics" {
+		switch {
+		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics":
 			level = slog.LevelDebug
+		case r.Method == http.MethodPost && (route == "/calls" || route == "/calls/batch") && ww.Status() < 300:
+			level = slog.LevelDebug
+		}
+		if !s.deps.Logger.Enabled(r.Context(), level) {
+			return
 		}
 		s.deps.Logger.LogAttrs(r.Context(), level, "http request",
 			slog.String("method", r.Method), slog.String("route", route), slog.Int("status", ww.Status()),
@@ -88,32 +101,22 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
-				s.writeProblem(w, r, &Problem{Status: http.StatusInternalServerError, Code: "internal", Detail: "internal error",
-					Err: fmt.Errorf("panic: %v\n%s", p, debug.Stack())})
+				s.writeProblem(w, r, problem(kindInternal, "internal error").because(fmt.Errorf("panic: %v\n%s", p, debug.Stack())))
 			}
 		}()
 		next.ServeHTTP(w, r)
 	})
 }
 
-// authenticate resolves the bearer token to a caller. Without an
-// authenticator every request is the anonymous caller.
+// authenticate resolves the request's credentials to a caller (see
+// ResolveCaller); without configured credentials every request is the
+// anonymous caller.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var caller *registry.Caller
-		if s.deps.Auth == nil {
-			caller = registry.Anonymous()
-		} else {
-			token, ok := bearer(r.Header.Get("Authorization"))
-			if ok {
-				caller, ok = s.deps.Auth.Authenticate(token)
-			}
-			if !ok {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="toolsvc"`)
-				s.writeProblem(w, r, &Problem{Status: http.StatusUnauthorized, Code: "unauthorized",
-					Detail: "missing or invalid credentials; send Authorization: Bearer <token>"})
-				return
-			}
+		caller, err := s.ResolveCaller(r)
+		if err != nil {
+			s.writeAuthError(w, r, err)
+			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey, caller)))
 	})
@@ -133,8 +136,7 @@ func (s *Server) require(scope registry.Scope) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if !CallerFrom(r.Context()).Has(scope) {
-				s.writeProblem(w, r, &Problem{Status: http.StatusForbidden, Code: "forbidden",
-					Detail: fmt.Sprintf("this caller lacks the %q scope", scope)})
+				s.writeProblem(w, r, problem(kindForbidden, fmt.Sprintf("this caller lacks the %q scope", scope)))
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -151,8 +153,7 @@ func (s *Server) admitCall(next http.Handler) http.Handler {
 		s.inFlight.Add(1)
 		defer s.inFlight.Add(-1)
 		if s.draining.Load() {
-			s.writeProblem(w, r, &Problem{Status: http.StatusServiceUnavailable, Code: "draining",
-				Detail: "the service is shutting down; retry on another instance", RetryAfter: 1})
+			s.writeProblem(w, r, problem(kindDraining, "the service is shutting down; retry on another instance"))
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -11,6 +11,8 @@ import (
 
 // Problem is an RFC 9457 problem detail with a stable code. It is also the
 // error handlers return: Detail goes to the client, Err only to the log.
+// Handlers make one with problem, never by hand, so that status, code and
+// title always come from the kinds table.
 type Problem struct {
 	Type     string `json:"type"`
 	Title    string `json:"title"`
@@ -32,16 +34,85 @@ func (p *Problem) Error() string {
 
 func (p *Problem) Unwrap() error { return p.Err }
 
-func errBadRequest(code, detail string) *Problem {
-	return &Problem{Status: http.StatusBadRequest, Code: code, Detail: detail}
+// kind is one kind of refused request.
+type kind int
+
+// The kinds of refused request; kinds says what each answers.
+const (
+	kindInvalidJSON kind = iota + 1
+	kindUnreadableBody
+	kindTooDeep
+	kindInvalidCall
+	kindUnknownMember
+	kindMissingToolName
+	kindInvalidBatch
+	kindInvalidParameter
+	kindInvalidDecision
+	kindUnauthorized
+	kindForbidden
+	kindNotFound
+	kindMethodNotAllowed
+	kindConflict
+	kindPayloadTooLarge
+	kindUnsupportedMediaType
+	kindOverloaded
+	kindRateLimited
+	kindDraining
+	kindUnavailable
+	kindInternal
+)
+
+// problemKind is what one kind of refused request answers.
+type problemKind struct {
+	status int
+	code   string
+	title  string
+	// retryAfter is the Retry-After of the answer, in seconds, when the
+	// same request may succeed shortly.
+	retryAfter int
 }
 
-func errNotFound(detail string) *Problem {
-	return &Problem{Status: http.StatusNotFound, Code: "not_found", Detail: detail}
+// kinds is the one table from error kind to problem: status, stable code
+// and title. api/openapi.yaml lists the same codes (a test checks).
+var kinds = [...]problemKind{
+	kindInvalidJSON:          {http.StatusBadRequest, "invalid_json", "The body is not valid JSON", 0},
+	kindUnreadableBody:       {http.StatusBadRequest, "unreadable_body", "The body could not be read", 0},
+	kindTooDeep:              {http.StatusBadRequest, "too_deep", "The body nests too deeply", 0},
+	kindInvalidCall:          {http.StatusBadRequest, "invalid_call", "The call cannot be read", 0},
+	kindUnknownMember:        {http.StatusBadRequest, "unknown_member", "The call has a member toolsvc does not know", 0},
+	kindMissingToolName:      {http.StatusBadRequest, "missing_tool_name", "The call names no tool", 0},
+	kindInvalidBatch:         {http.StatusBadRequest, "invalid_batch", "The batch cannot be read", 0},
+	kindInvalidParameter:     {http.StatusBadRequest, "invalid_parameter", "A query parameter is not valid", 0},
+	kindInvalidDecision:      {http.StatusBadRequest, "invalid_decision", "The approval decision cannot be read", 0},
+	kindUnauthorized:         {http.StatusUnauthorized, "unauthorized", "Missing or invalid credentials", 0},
+	kindForbidden:            {http.StatusForbidden, "forbidden", "The caller lacks a scope", 0},
+	kindNotFound:             {http.StatusNotFound, "not_found", "Not found", 0},
+	kindMethodNotAllowed:     {http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed", 0},
+	kindConflict:             {http.StatusConflict, "conflict", "The toolCallId was used for another call", 0},
+	kindPayloadTooLarge:      {http.StatusRequestEntityTooLarge, "payload_too_large", "The body is too large", 0},
+	kindUnsupportedMediaType: {http.StatusUnsupportedMediaType, "unsupported_media_type", "Send Content-Type: application/json", 0},
+	kindOverloaded:           {http.StatusTooManyRequests, "overloaded", "Too many calls in flight", 1},
+	kindRateLimited:          {http.StatusTooManyRequests, "rate_limited", "The caller is over its rate limit", 1},
+	kindDraining:             {http.StatusServiceUnavailable, "draining", "The service is shutting down", 1},
+	kindUnavailable:          {http.StatusServiceUnavailable, "unavailable", "A service this one depends on is not answering", 1},
+	kindInternal:             {http.StatusInternalServerError, "internal", "Internal error", 0},
 }
 
-// problemFor maps every error a handler may return to a problem: the one
-// table from error kind to HTTP status.
+// problem makes the problem of kind k with detail, the sentence the client
+// reads.
+func problem(k kind, detail string) *Problem {
+	pk := kinds[k]
+	return &Problem{Status: pk.status, Code: pk.code, Title: pk.title, Detail: detail, RetryAfter: pk.retryAfter}
+}
+
+// because records err, which only the log sees, as the cause of p.
+func (p *Problem) because(err error) *Problem {
+	p.Err = err
+	return p
+}
+
+// problemFor maps every error a handler may return to a problem: errors
+// of the core become their kind, anything else is internal.
 func problemFor(err error) *Problem {
 	var p *Problem
 	var mbe *http.MaxBytesError
@@ -49,19 +120,17 @@ func problemFor(err error) *Problem {
 	case errors.As(err, &p):
 		return p
 	case errors.As(err, &mbe):
-		return &Problem{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large",
-			Detail: "request body is larger than " + strconv.FormatInt(mbe.Limit, 10) + " bytes (TOOLSVC_MAX_REQUEST_BYTES)"}
+		return problem(kindPayloadTooLarge, "request body is larger than "+strconv.FormatInt(mbe.Limit, 10)+" bytes (TOOLSVC_MAX_REQUEST_BYTES)")
 	case errors.Is(err, registry.ErrOverloaded):
-		return &Problem{Status: http.StatusTooManyRequests, Code: "overloaded", Detail: "too many tool calls in flight; retry shortly", RetryAfter: 1}
+		return problem(kindOverloaded, "too many tool calls in flight; retry shortly")
 	case errors.Is(err, registry.ErrConflict):
-		return &Problem{Status: http.StatusConflict, Code: "conflict",
-			Detail: "this toolCallId was already used for a call with another tool or other arguments; use a new toolCallId"}
+		return problem(kindConflict, "this toolCallId was already used for a call with another tool or other arguments; use a new toolCallId")
 	case errors.Is(err, registry.ErrUnavailable):
-		return &Problem{Status: http.StatusServiceUnavailable, Code: "unavailable", Detail: "the call store is not answering; the call did not run; retry shortly", RetryAfter: 1, Err: err}
+		return problem(kindUnavailable, "the call store is not answering; the call did not run; retry shortly").because(err)
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrNoStore):
-		return &Problem{Status: http.StatusNotFound, Code: "not_found", Detail: "no such record"}
+		return problem(kindNotFound, "no such record")
 	}
-	return &Problem{Status: http.StatusInternalServerError, Code: "internal", Detail: "internal error", Err: err}
+	return problem(kindInternal, "internal error").because(err)
 }
 
 // handle adapts a handler that returns an error: the error becomes a
@@ -82,7 +151,6 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, err error)
 		s.deps.Logger.DebugContext(r.Context(), "request refused", "error", err)
 	}
 	out := *p
-	out.Title = http.StatusText(p.Status)
 	if out.Type == "" {
 		out.Type = "https://toolsvc.dev/problems/" + p.Code
 	}

@@ -2,6 +2,7 @@ package http
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -13,12 +14,15 @@ import (
 func (s *Server) addRoutes(r chi.Router) {
 	r.Use(s.telemetry(), s.requestID, s.accessLog, s.recoverer)
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
-		return errNotFound("no route for " + r.URL.Path)
+		return problem(kindNotFound, "no route for "+r.URL.Path)
 	}))
+	root := r
 	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, r *http.Request) error {
-		return &Problem{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Detail: r.Method + " is not allowed on " + r.URL.Path}
+		w.Header().Set("Allow", allowedMethods(root, r.URL.Path))
+		return problem(kindMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
 	}))
 
+	r.Get("/", s.handleIndex())
 	r.Get("/healthz", s.handleHealthz())
 	r.Get("/readyz", s.handleReadyz())
 	r.Get("/openapi.yaml", s.handleOpenAPI())
@@ -33,9 +37,25 @@ func (s *Server) addRoutes(r chi.Router) {
 		r.With(s.require(registry.ScopeCall), s.admitCall).Post("/calls", s.handle(s.handleCall))
 		r.With(s.require(registry.ScopeCall), s.admitCall).Post("/calls/batch", s.handle(s.handleBatch))
 		r.With(s.require(registry.ScopeCall)).Get("/calls/{toolCallId}", s.handle(s.handleGetCall))
+		r.With(s.require(registry.ScopeCall)).Get("/calls/{toolCallId}/output", s.handle(s.handleGetOutput))
 		r.Get("/approvals", s.handle(s.handleListApprovals))
 		r.Get("/approvals/{id}", s.handle(s.handleGetApproval))
 		r.With(s.require(registry.ScopeApprove), s.admitCall).Post("/approvals/{id}", s.handle(s.handleDecide))
 		r.With(s.admitCall).Method(http.MethodPost, "/mcp", s.handleMCP())
 	})
+	if s.console != nil {
+		s.console.Routes(r)
+	}
+}
+
+// allowedMethods lists the methods routed for path, for the Allow header
+// that every 405 carries (RFC 9110, section 15.5.6).
+func allowedMethods(routes chi.Routes, path string) string {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if routes.Match(chi.NewRouteContext(), m, path) {
+			allowed = append(allowed, m)
+		}
+	}
+	return strings.Join(allowed, ", ")
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolsvc/toolsvc/internal/http/ui"
+	"github.com/toolsvc/toolsvc/internal/ratelimit"
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
@@ -22,6 +24,10 @@ type Executor interface {
 	Execute(ctx context.Context, caller *registry.Caller, call *registry.Call) (*registry.Result, error)
 	ExecuteBatch(ctx context.Context, caller *registry.Caller, calls []*registry.Call, o registry.BatchOptions) ([]*registry.Result, error)
 	Decide(ctx context.Context, approver *registry.Caller, id string, v registry.Verdict, reason string) (*registry.Approval, *registry.Result, error)
+	// CallerApproval and DecideAsCaller let a caller decide their own
+	// approval request when its rule sets callerMayApprove (over MCP).
+	CallerApproval(ctx context.Context, caller *registry.Caller, id string) (*registry.Approval, error)
+	DecideAsCaller(ctx context.Context, caller *registry.Caller, id string, v registry.Verdict, reason string) (*registry.Approval, *registry.Result, error)
 	Registry() *registry.Registry
 	// Store is where calls and approvals are kept; nil when nowhere.
 	Store() registry.Store
@@ -48,8 +54,13 @@ type Deps struct {
 	Executor Executor
 	// Auth authenticates bearer tokens; nil serves every request as the
 	// anonymous caller (only allowed on loopback; run enforces that).
-	Auth   Authenticator
-	Logger *slog.Logger
+	Auth Authenticator
+	// Identity resolves bearer tokens (static keys and JWTs) and client
+	// certificates; it takes precedence over Auth.
+	Identity Identity
+	// RateLimiter keeps the callers' rate limits; nil limits nothing.
+	RateLimiter ratelimit.Limiter
+	Logger      *slog.Logger
 	// Gatherer serves /metrics.
 	Gatherer prometheus.Gatherer
 	// Registerer takes the HTTP server metrics; nil records none.
@@ -65,14 +76,36 @@ type Deps struct {
 	ReadyDetails map[string]any
 	// Batch schedules the calls of POST /calls/batch.
 	Batch registry.BatchOptions
+	// Version is the service's version, served as /mcp's
+	// serverInfo.version ("" or "dev": the module version and VCS
+	// revision from build info).
+	Version string
+	// Console configures the console at /ui.
+	Console Console
+}
+
+// Console configures the console at /ui.
+type Console struct {
+	// Disabled serves no console.
+	Disabled bool
+	// Key seals the session cookies (32 bytes); nil makes a random one
+	// per process.
+	Key []byte
+	// SessionTTL is how long a sign-in lasts; 0 is 12 hours.
+	SessionTTL time.Duration
+	// SecureCookies marks cookies Secure without TLS on the connection
+	// (behind a TLS-terminating proxy).
+	SecureCookies bool
 }
 
 // Server is the HTTP side of toolsvc.
 type Server struct {
 	deps     Deps
+	rate     *rateMetrics
 	handler  http.Handler
 	draining atomic.Bool
 	inFlight atomic.Int64
+	console  *ui.Console // nil when disabled
 }
 
 // NewServer returns the HTTP server for deps.
@@ -87,10 +120,39 @@ func NewServer(deps Deps) *Server {
 		deps.Limits.MaxJSONDepth = 64
 	}
 	s := &Server{deps: deps}
+	if deps.Registerer != nil && deps.RateLimiter != nil {
+		s.rate = newRateMetrics(deps.Registerer)
+	}
 	r := chi.NewRouter()
+	if !deps.Console.Disabled {
+		// Only a key of the wrong length (which run checks first) or
+		// broken embedded templates (which tests catch) fail here.
+		c, err := s.newConsole()
+		if err != nil {
+			deps.Logger.Error("the console at /ui is off", "error", err)
+		}
+		s.console = c
+	}
 	s.addRoutes(r)
 	s.handler = r
 	return s
+}
+
+// newConsole makes the console; it signs people in through the API's own
+// authenticator, so every credential the API takes works there.
+func (s *Server) newConsole() (*ui.Console, error) {
+	// Sign-in resolves a token as the API does: static keys and JWTs.
+	var authenticate func(string) (*registry.Caller, bool)
+	if id := s.identity(); id != nil {
+		authenticate = func(token string) (*registry.Caller, bool) {
+			c, err := id.Token(context.Background(), token)
+			return c, err == nil
+		}
+	}
+	return ui.New(ui.Options{
+		Executor: s.deps.Executor, Authenticate: authenticate, Key: s.deps.Console.Key,
+		SessionTTL: s.deps.Console.SessionTTL, SecureCookies: s.deps.Console.SecureCookies, Logger: s.deps.Logger,
+	})
 }
 
 // ServeHTTP implements http.Handler.

@@ -355,3 +355,94 @@ func TestApprovedCallTraced(t *testing.T) {
 		}
 	}
 }
+
+// TestCallRecordCarriesTraceID: the record of a call made with a
+// traceparent carries that trace id, while it waits for approval and once
+// the approved run (under the approver's own trace) has ended.
+func TestCallRecordCarriesTraceID(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	e, _, _ := tracedEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
+	const traceID, approverTrace = "4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c"
+	traced := func(id string) map[string]string {
+		return map[string]string{"Content-Type": "application/json", "traceparent": "00-" + id + "-00f067aa0ba902b7-01"}
+	}
+	r := e.do("POST", "/calls", []byte(`{"toolName":"test__priv","toolCallId":"call_t","arguments":{"n":1}}`), traced(traceID), true)
+	var res registry.Result
+	r.json(t, &res)
+	if r.status != 202 || res.Approval == nil {
+		t.Fatalf("privileged call: %d %s", r.status, r.body)
+	}
+	rec, err := st.GetCall(t.Context(), registry.Anonymous().ID, "call_t")
+	if err != nil || rec.State != registry.CallPendingApproval || rec.TraceID != traceID {
+		t.Fatalf("pending record = %+v, %v; want trace id %s", rec, err, traceID)
+	}
+	if r := e.do("POST", "/approvals/"+res.Approval.ID, []byte(`{"decision":"approve"}`), traced(approverTrace), true); r.status != 200 {
+		t.Fatalf("approve: %d %s", r.status, r.body)
+	}
+	if rec, err := st.GetCall(t.Context(), registry.Anonymous().ID, "call_t"); err != nil || rec.State != registry.CallDone || rec.TraceID != traceID {
+		t.Errorf("approved record = %+v, %v; want done with the caller's trace id %s", rec, err, traceID)
+	}
+
+	// A recorded call that runs at once.
+	r = e.do("POST", "/calls", []byte(`{"toolName":"text__transform","toolCallId":"call_r","record":true,"arguments":{"operation":"upper","text":"a"}}`), traced(traceID), true)
+	if r.status != 200 {
+		t.Fatalf("recorded call: %d %s", r.status, r.body)
+	}
+	if rec, err := st.GetCall(t.Context(), registry.Anonymous().ID, "call_r"); err != nil || rec.State != registry.CallDone || rec.TraceID != traceID {
+		t.Errorf("record = %+v, %v; want done with trace id %s", rec, err, traceID)
+	}
+}
+
+// TestOneLogLinePerCall: at info level a call the executor answered
+// writes one line, its audit line, which carries the request id the
+// client got; a call refused before the executor keeps its access line.
+func TestOneLogLinePerCall(t *testing.T) {
+	logs := &lockedBuffer{}
+	log := telemetry.NewLogger(logs, telemetry.LogOptions{Level: slog.LevelInfo})
+	e := newEnv(t, func(d *Deps, o *registry.Options) { d.Logger = log; o.Logger = log })
+	lines := func() []map[string]any {
+		var out []map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(line), &m); err != nil {
+				t.Fatalf("log line is not JSON: %q", line)
+			}
+			out = append(out, m)
+		}
+		return out
+	}
+	h := map[string]string{"Content-Type": "application/json", "X-Request-Id": "req-one-line"}
+	r := e.do("POST", "/calls", []byte(`{"toolName":"text__transform","arguments":{"operation":"upper","text":"a"}}`), h, true)
+	if r.status != 200 || r.header.Get("X-Request-Id") != "req-one-line" {
+		t.Fatalf("call: %d %s", r.status, r.body)
+	}
+	got := lines()
+	if len(got) != 1 || got[0]["msg"] != "tool call" || got[0]["requestId"] != "req-one-line" {
+		t.Fatalf("log of one call: %v, want only its audit line with requestId req-one-line", got)
+	}
+	for _, k := range []string{"caller", "tool", "tier", "toolCallId", "decision", "rule", "status", "code", "durationMs", "argumentsDigest"} {
+		if _, ok := got[0][k]; !ok {
+			t.Errorf("audit line lacks %s: %v", k, got[0])
+		}
+	}
+	logs.mu.Lock()
+	logs.b.Reset()
+	logs.mu.Unlock()
+	h["X-Request-Id"] = "req-bad-body"
+	if r := e.do("POST", "/calls", []byte(`{"toolName":`), h, false); r.status != 400 {
+		t.Fatalf("bad body: %d %s", r.status, r.body)
+	}
+	found := false
+	for _, m := range lines() {
+		if m["msg"] == "http request" && m["requestId"] == "req-bad-body" && m["status"] == float64(400) && m["route"] == "/calls" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no access line for a call refused with 400:\n%s", logs)
+	}
+}

@@ -19,19 +19,27 @@ func (s *Server) handleListTools(w http.ResponseWriter, r *http.Request) error {
 	if t := q.Get("tier"); t != "" {
 		tier, err := registry.ParseTier(t)
 		if err != nil {
-			return errBadRequest("invalid_parameter", "tier: "+err.Error())
+			return problem(kindInvalidParameter, "tier: "+err.Error())
 		}
 		f.Tier = tier
 	}
 	if names := q.Get("names"); names != "" {
 		f.Names = strings.Split(names, ",")
 	}
-	format, err := catalogFormat(q.Get("format"))
+	strict, err := strictParam(q)
+	if err != nil {
+		return err
+	}
+	format, err := catalogFormat(q.Get("format"), strict)
 	if err != nil {
 		return err
 	}
 	tools := s.deps.Executor.Registry().List(CallerFrom(r.Context()), f)
-	body, err := marshal(map[string]any{"tools": format.list(tools)})
+	catalog := map[string]any{"tools": format.list(tools)}
+	if strict {
+		catalog["notStrict"] = notStrict(tools)
+	}
+	body, err := marshal(catalog)
 	if err != nil {
 		return err
 	}
@@ -42,9 +50,14 @@ func (s *Server) handleGetTool(w http.ResponseWriter, r *http.Request) error {
 	name := chi.URLParam(r, "name")
 	t, ok := s.deps.Executor.Registry().Lookup(name)
 	if !ok || !CallerFrom(r.Context()).Sees(&t.Definition) {
-		return errNotFound("no tool named " + name + " in this caller's catalog")
+		return problem(kindNotFound, "no tool named "+name+" in this caller's catalog")
 	}
-	format, err := catalogFormat(r.URL.Query().Get("format"))
+	q := r.URL.Query()
+	strict, err := strictParam(q)
+	if err != nil {
+		return err
+	}
+	format, err := catalogFormat(q.Get("format"), strict)
 	if err != nil {
 		return err
 	}

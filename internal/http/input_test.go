@@ -1,0 +1,149 @@
+package http
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// A native call with a member toolsvc does not know is refused with the
+// member and the one probably meant; model-shaped bodies keep their
+// providers' own extra members.
+func TestUnknownMembers(t *testing.T) {
+	e := newEnv(t)
+	refused := []struct {
+		name, body, member, want string
+	}{
+		{"args", `{"toolName":"text__transform","args":{"operation":"upper","text":"a"}}`, `"args"`, `"arguments"`},
+		{"misspelt", `{"toolName":"text__transform","argumnets":{}}`, `"argumnets"`, `"arguments"`},
+		{"tool name", `{"tool":"text__transform","arguments":{}}`, `"tool"`, `"toolName"`},
+		{"model member in a native call", `{"toolName":"text__transform","id":"c1","arguments":{}}`, `"id"`, `"toolCallId"`},
+		{"nested", `{"toolName":"text__transform","context":{"instanceKye":"a"}}`, `"instanceKye"`, `"instanceKey"`},
+		{"nothing close", `{"toolName":"text__transform","zzzzzzzz":1}`, `"zzzzzzzz"`, "toolCallId, toolName, arguments"},
+	}
+	for _, c := range refused {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.do("POST", "/calls", []byte(c.body), jsonCT, false)
+			var p Problem
+			r.json(t, &p)
+			if r.status != 400 || p.Code != "unknown_member" || !strings.Contains(p.Detail, c.member) || !strings.Contains(p.Detail, c.want) {
+				t.Errorf("got %d %s; want 400 unknown_member naming %s and %s", r.status, r.body, c.member, c.want)
+			}
+		})
+	}
+	accepted := []struct{ name, body string }{
+		{"native", `{"toolName":"text__transform","arguments":{"operation":"upper","text":"a"},"context":{"instanceKey":"k"},"record":false}`},
+		{"openai with extras", `{"id":"c1","type":"function","index":0,"function":{"name":"text__transform","arguments":"{\"operation\":\"upper\",\"text\":\"a\"}"}}`},
+		{"responses item with status", `{"type":"function_call","id":"fc_1","call_id":"c2","status":"completed","name":"text__transform","arguments":"{\"operation\":\"upper\",\"text\":\"a\"}"}`},
+		{"anthropic with cache_control", `{"type":"tool_use","id":"toolu_1","name":"text__transform","input":{"operation":"upper","text":"a"},"cache_control":{"type":"ephemeral"}}`},
+		{"gemini with thoughtSignature", `{"functionCall":{"id":"g1","name":"text__transform","args":{"operation":"upper","text":"a"}},"thoughtSignature":"abc"}`},
+	}
+	for _, c := range accepted {
+		t.Run(c.name, func(t *testing.T) {
+			r, res := e.call("/calls", c.body)
+			if r.status != 200 || res.Status != registry.StatusOK || string(res.Output) != `{"result":"A"}` {
+				t.Errorf("got %d %s", r.status, r.body)
+			}
+		})
+	}
+	// In a batch, the unreadable call is an error in its own slot.
+	r := e.do("POST", "/calls/batch", []byte(`{"calls":[{"toolName":"text__transform","args":{}}]}`), jsonCT, true)
+	var b struct{ Results []registry.Result }
+	r.json(t, &b)
+	if r.status != 200 || len(b.Results) != 1 || b.Results[0].Code() != registry.CodeInvalidArguments || !strings.Contains(b.Results[0].Error.Message, `did you mean "arguments"`) {
+		t.Errorf("batch: %d %s", r.status, r.body)
+	}
+}
+
+func TestProblemKinds(t *testing.T) {
+	c := loadContract(t)
+	var documented []string
+	for _, v := range c.doc.Components.Schemas["Problem"].Value.Properties["code"].Value.Enum {
+		documented = append(documented, v.(string))
+	}
+	seen := map[string]bool{}
+	for k := kindInvalidJSON; k <= kindInternal; k++ {
+		pk := kinds[k]
+		if pk.status < 400 || pk.code == "" || pk.title == "" {
+			t.Errorf("kind %d has no status, code or title: %+v", k, pk)
+		}
+		if seen[pk.code] {
+			t.Errorf("code %s is in the table twice", pk.code)
+		}
+		seen[pk.code] = true
+		if !slices.Contains(documented, pk.code) {
+			t.Errorf("code %s is not in openapi.yaml's Problem code enum", pk.code)
+		}
+	}
+	if len(kinds) != int(kindInternal)+1 {
+		t.Errorf("the table has %d entries for %d kinds", len(kinds)-1, kindInternal)
+	}
+}
+
+// GET / lists every route, as the router has them, with its summary.
+func TestIndex(t *testing.T) {
+	e := newEnv(t)
+	r := e.do("GET", "/", nil, nil, true)
+	var idx index
+	r.json(t, &idx)
+	var routed []string
+	_ = chi.Walk(e.srv.handler.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		routed = append(routed, method+" "+route)
+		return nil
+	})
+	var listed []string
+	for _, rt := range idx.Routes {
+		if rt.Summary == "" {
+			t.Errorf("%s %s has no summary", rt.Method, rt.Path)
+		}
+		listed = append(listed, rt.Method+" "+rt.Path)
+	}
+	slices.Sort(routed)
+	slices.Sort(listed)
+	if r.status != 200 || idx.Contract != "/openapi.yaml" || !slices.Equal(routed, listed) {
+		t.Errorf("GET / → %d %s\nroutes %v", r.status, r.body, routed)
+	}
+}
+
+// Calls of a tool the service leaves off say which setting serves it;
+// other unknown names point at the catalog.
+func TestDisabledAndUnknownTools(t *testing.T) {
+	e := newEnv(t, func(_ *Deps, o *registry.Options) {
+		o.Disabled = map[string]string{"plan__execute": "TOOLSVC_PLAN_TOOL=true serves it"}
+	})
+	_, res := e.call("/calls", `{"toolName":"plan__execute","arguments":{}}`)
+	if res.Code() != registry.CodeToolNotFound || !strings.Contains(res.Error.Message, "disabled") || !strings.Contains(res.Error.Message, "TOOLSVC_PLAN_TOOL") {
+		t.Errorf("disabled tool: %+v", res.Error)
+	}
+	_, res = e.call("/calls", `{"toolName":"zzz__qqq","arguments":{}}`)
+	if res.Code() != registry.CodeToolNotFound || !strings.Contains(res.Error.Suggestion, "GET /tools") {
+		t.Errorf("unknown tool: %+v", res.Error)
+	}
+}
+
+// A pending call says how to approve it and where its result will be.
+func TestPendingApprovalSaysHowToApprove(t *testing.T) {
+	res := &registry.Result{ToolCallID: "c-7", ToolName: "shell__exec", Status: registry.StatusPendingApproval,
+		Approval: &registry.ApprovalTicket{ID: "apr_1", ArgumentsDigest: "d"}}
+	b, err := json.Marshal(nativeResult(res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Status   string
+		Approval struct{ ID, Approve, Result string }
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != "pending_approval" || got.Approval.ID != "apr_1" || !strings.Contains(got.Approval.Approve, "POST /approvals/apr_1") ||
+		!strings.Contains(got.Approval.Approve, "approve scope") || got.Approval.Result != "GET /calls/c-7?wait=30s" {
+		t.Errorf("pending result: %s", b)
+	}
+}

@@ -1,0 +1,394 @@
+package http
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// JWTIssuer is an issuer whose JWTs authenticate callers (a kind: Issuer
+// resource, checked by the policy package).
+type JWTIssuer struct {
+	Name     string
+	Issuer   string
+	Audience string
+	// Keys come from Discovery (the issuer's OpenID configuration),
+	// JWKSURL, or ReadJWKS (a file; read again when a key is unknown).
+	Discovery bool
+	JWKSURL   string
+	ReadJWKS  func() ([]byte, error)
+	// JWKSFile names ReadJWKS's file, to keep its cache across reloads.
+	JWKSFile string
+	// Algorithms are the accepted signature algorithms (asymmetric only).
+	Algorithms []string
+	// ClockSkew is the leeway on exp and nbf.
+	ClockSkew time.Duration
+	// Map turns verified claims into the caller, or says why the token is
+	// not admitted.
+	Map func(claims map[string]any) (*registry.Caller, error)
+}
+
+// JWTOptions configure a TokenIdentity.
+type JWTOptions struct {
+	// Static resolves static keys (TOOLSVC_API_KEY, Caller resources) and
+	// client certificates; nil accepts none.
+	Static interface {
+		Authenticator
+		AuthenticateCert(cert *x509.Certificate) (*registry.Caller, bool)
+	}
+	Issuers []JWTIssuer
+	// Client fetches discovery documents and key sets; nil is a client
+	// with a 5s timeout.
+	Client *http.Client
+	// Now is the clock for exp and nbf; nil is time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+	// MinRefresh is the least time between two fetches of one key set
+	// (an unknown kid triggers a fetch); 0 is 10s.
+	MinRefresh time.Duration
+	// MaxKeyAge makes a key set older than this be fetched again on use;
+	// 0 is 15m.
+	MaxKeyAge time.Duration
+}
+
+// TokenIdentity resolves static keys, client certificates and JWTs from
+// configured issuers. It is immutable but for its key caches; build a new
+// one on reload (NewTokenIdentity reuses the old one's key caches).
+type TokenIdentity struct {
+	o       JWTOptions
+	issuers map[string]*jwtIssuer
+	names   []string // accepted issuers, sorted
+}
+
+type jwtIssuer struct {
+	JWTIssuer
+	keys     *keySet
+	verifier *oidc.IDTokenVerifier
+}
+
+// NewTokenIdentity builds the identity of o; key sets of prev (may be nil)
+// with the same source are reused, so a reload does not refetch keys.
+func NewTokenIdentity(o JWTOptions, prev *TokenIdentity) *TokenIdentity {
+	if o.Client == nil {
+		o.Client = &http.Client{Timeout: 5 * time.Second}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MinRefresh <= 0 {
+		o.MinRefresh = 10 * time.Second
+	}
+	if o.MaxKeyAge <= 0 {
+		o.MaxKeyAge = 15 * time.Minute
+	}
+	t := &TokenIdentity{o: o, issuers: map[string]*jwtIssuer{}}
+	for _, is := range o.Issuers {
+		src := is.source()
+		var ks *keySet
+		if prev != nil {
+			if old, ok := prev.issuers[is.Issuer]; ok && old.source() == src {
+				ks = old.keys
+			}
+		}
+		if ks == nil {
+			ks = &keySet{issuer: is, client: o.Client, now: o.Now, minRefresh: o.MinRefresh, maxAge: o.MaxKeyAge, log: o.Logger}
+		}
+		ks.algs = algorithms(is.Algorithms)
+		ji := &jwtIssuer{JWTIssuer: is, keys: ks}
+		// go-oidc checks the signature (through keys, with the allowed
+		// algorithms only) and iss; aud, exp and nbf are checked below
+		// with the issuer's clock skew.
+		ji.verifier = oidc.NewVerifier(is.Issuer, ks, &oidc.Config{
+			SkipClientIDCheck: true, SkipExpiryCheck: true, SupportedSigningAlgs: is.Algorithms,
+		})
+		t.issuers[is.Issuer] = ji
+		t.names = append(t.names, is.Issuer)
+	}
+	slices.Sort(t.names)
+	return t
+}
+
+func (is JWTIssuer) source() string {
+	switch {
+	case is.Discovery:
+		return "discovery " + is.Issuer
+	case is.JWKSURL != "":
+		return "url " + is.JWKSURL
+	}
+	return "file " + is.JWKSFile
+}
+
+func algorithms(names []string) []jose.SignatureAlgorithm {
+	out := make([]jose.SignatureAlgorithm, len(names))
+	for i, n := range names {
+		out[i] = jose.SignatureAlgorithm(n)
+	}
+	return out
+}
+
+// Challenge implements Identity.
+func (t *TokenIdentity) Challenge() string {
+	return (&AuthError{Issuers: t.names}).challenge()
+}
+
+// Certificate implements Identity.
+func (t *TokenIdentity) Certificate(cert *x509.Certificate) (*registry.Caller, bool) {
+	if t.o.Static == nil {
+		return nil, false
+	}
+	return t.o.Static.AuthenticateCert(cert)
+}
+
+// Token implements Identity: a static key, else a JWT of a configured
+// issuer.
+func (t *TokenIdentity) Token(ctx context.Context, token string) (*registry.Caller, error) {
+	if t.o.Static != nil {
+		if c, ok := t.o.Static.Authenticate(token); ok {
+			return c, nil
+		}
+	}
+	refuse := func(desc string, err error) error {
+		return &AuthError{Status: http.StatusUnauthorized, Code: "invalid_token", Description: desc, Issuers: t.names, Err: err}
+	}
+	if len(t.issuers) == 0 || strings.Count(token, ".") != 2 {
+		return nil, refuse("the token is not valid", nil)
+	}
+	// Pick the issuer by the (not yet verified) iss; the signature is
+	// checked with that issuer's keys only.
+	var all []jose.SignatureAlgorithm
+	for _, is := range t.issuers {
+		all = append(all, is.keys.algs...)
+	}
+	jws, err := jose.ParseSigned(token, all)
+	if err != nil {
+		return nil, refuse("the token is not a JWT signed with an accepted algorithm", err)
+	}
+	var unverified struct {
+		Iss string `json:"iss"`
+	}
+	if err := json.Unmarshal(jws.UnsafePayloadWithoutVerification(), &unverified); err != nil {
+		return nil, refuse("the token's claims are not a JSON object", err)
+	}
+	is, ok := t.issuers[unverified.Iss]
+	if !ok {
+		return nil, refuse("the token's issuer is not accepted", fmt.Errorf("iss %q", unverified.Iss))
+	}
+	refuse = func(desc string, err error) error {
+		return &AuthError{Status: http.StatusUnauthorized, Code: "invalid_token", Description: desc, Issuers: []string{is.Issuer},
+			Err: fmt.Errorf("issuer %s: %w", is.Name, err)}
+	}
+	idt, err := is.verifier.Verify(ctx, token)
+	if err != nil {
+		// Say the signature failed, not how: the detail is logged.
+		t.o.Logger.DebugContext(ctx, "token refused", "issuer", is.Issuer, "error", err)
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, &AuthError{Status: http.StatusServiceUnavailable, Description: "the token could not be checked in time; retry", Err: err}
+		}
+		return nil, refuse("the token's signature could not be verified", err)
+	}
+	var claims map[string]any
+	if err := idt.Claims(&claims); err != nil {
+		return nil, refuse("the token's claims are not a JSON object", err)
+	}
+	if !slices.Contains(idt.Audience, is.Audience) {
+		return nil, refuse("the token is not meant for this service (aud)", fmt.Errorf("aud %v", idt.Audience))
+	}
+	now := t.o.Now()
+	if idt.Expiry.IsZero() {
+		return nil, refuse("the token has no exp", nil)
+	}
+	if now.After(idt.Expiry.Add(is.ClockSkew)) {
+		return nil, refuse("the token has expired", fmt.Errorf("exp %s", idt.Expiry))
+	}
+	if nbf, ok := claims["nbf"].(float64); ok && now.Add(is.ClockSkew).Before(time.Unix(int64(nbf), 0)) {
+		return nil, refuse("the token is not valid yet (nbf)", nil)
+	}
+	c, err := is.Map(claims)
+	if err != nil {
+		return nil, &AuthError{Status: http.StatusForbidden, Code: "insufficient_scope", Description: err.Error(), Issuers: []string{is.Issuer}}
+	}
+	return c, nil
+}
+
+// keySet is an issuer's cached keys. It implements oidc.KeySet: a kid it
+// does not know makes it fetch the keys again, at most once per
+// minRefresh, so rotation needs no restart and unknown kids cannot make
+// it hammer the issuer.
+type keySet struct {
+	issuer     JWTIssuer
+	algs       []jose.SignatureAlgorithm
+	client     *http.Client
+	now        func() time.Time
+	minRefresh time.Duration
+	maxAge     time.Duration
+	log        *slog.Logger
+
+	mu      sync.Mutex
+	keys    *jose.JSONWebKeySet
+	fetched time.Time // last attempt
+	loaded  time.Time // last success
+	jwksURL string    // discovered
+}
+
+// VerifySignature implements oidc.KeySet.
+func (k *keySet) VerifySignature(ctx context.Context, token string) ([]byte, error) {
+	jws, err := jose.ParseSigned(token, k.algs)
+	if err != nil {
+		return nil, err
+	}
+	if len(jws.Signatures) != 1 {
+		return nil, errors.New("the token has more than one signature")
+	}
+	kid := jws.Signatures[0].Header.KeyID
+	keys, err := k.current(ctx, "", false)
+	if err != nil {
+		return nil, err
+	}
+	if payload, ok := verifyWith(jws, keys, kid); ok {
+		return payload, nil
+	}
+	if kid != "" && len(keys.Key(kid)) > 0 {
+		return nil, errors.New("signature does not verify")
+	}
+	// An unknown kid: the issuer may have rotated its keys.
+	keys, err = k.current(ctx, kid, true)
+	if err != nil {
+		return nil, err
+	}
+	if payload, ok := verifyWith(jws, keys, kid); ok {
+		return payload, nil
+	}
+	return nil, fmt.Errorf("no key %q verifies the signature", kid)
+}
+
+func verifyWith(jws *jose.JSONWebSignature, keys *jose.JSONWebKeySet, kid string) ([]byte, bool) {
+	if keys == nil {
+		return nil, false
+	}
+	candidates := keys.Keys
+	if kid != "" {
+		candidates = keys.Key(kid)
+	}
+	for _, key := range candidates {
+		if key.Use != "" && key.Use != "sig" {
+			continue
+		}
+		if payload, err := jws.Verify(key.Key); err == nil {
+			return payload, true
+		}
+	}
+	return nil, false
+}
+
+// current returns the cached keys, fetching them when there are none,
+// when they are old, or (refresh) when kid is not among them, but never
+// twice within minRefresh.
+func (k *keySet) current(ctx context.Context, kid string, refresh bool) (*jose.JSONWebKeySet, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := k.now()
+	stale := k.keys == nil || now.Sub(k.loaded) > k.maxAge
+	if refresh && k.keys != nil && kid != "" && len(k.keys.Key(kid)) > 0 {
+		return k.keys, nil // another request fetched it meanwhile
+	}
+	if (!stale && !refresh) || (!k.fetched.IsZero() && now.Sub(k.fetched) < k.minRefresh) {
+		if k.keys == nil {
+			return nil, errors.New("the issuer's keys could not be fetched; retrying soon")
+		}
+		return k.keys, nil
+	}
+	k.fetched = now
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	keys, err := k.fetch(ctx)
+	if err != nil {
+		k.log.Warn("fetching the issuer's keys", "issuer", k.issuer.Issuer, "error", err)
+		if k.keys == nil {
+			return nil, err
+		}
+		return k.keys, nil // keep the keys we have
+	}
+	k.keys, k.loaded = keys, now
+	k.log.Info("issuer keys loaded", "issuer", k.issuer.Issuer, "keys", len(keys.Keys))
+	return k.keys, nil
+}
+
+func (k *keySet) fetch(ctx context.Context) (*jose.JSONWebKeySet, error) {
+	var raw []byte
+	var err error
+	switch {
+	case k.issuer.ReadJWKS != nil:
+		raw, err = k.issuer.ReadJWKS()
+	case k.issuer.JWKSURL != "":
+		raw, err = k.get(ctx, k.issuer.JWKSURL)
+	default:
+		if k.jwksURL == "" {
+			p, err := oidc.NewProvider(oidc.ClientContext(ctx, k.client), k.issuer.Issuer)
+			if err != nil {
+				return nil, fmt.Errorf("OIDC discovery: %w", err)
+			}
+			var doc struct {
+				JWKSURI string `json:"jwks_uri"`
+			}
+			if err := p.Claims(&doc); err != nil || doc.JWKSURI == "" {
+				return nil, fmt.Errorf("OIDC discovery: no jwks_uri")
+			}
+			k.jwksURL = doc.JWKSURI
+		}
+		raw, err = k.get(ctx, k.jwksURL)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var set jose.JSONWebKeySet
+	if err := json.Unmarshal(raw, &set); err != nil {
+		return nil, fmt.Errorf("key set: %w", err)
+	}
+	for _, key := range set.Keys {
+		if !key.IsPublic() {
+			return nil, fmt.Errorf("key set: key %q is not a public key; publish public keys only", key.KeyID)
+		}
+	}
+	return &set, nil
+}
+
+func (k *keySet) get(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := k.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > 1<<20 {
+		return nil, fmt.Errorf("GET %s: key set larger than 1 MiB", url)
+	}
+	return b, nil
+}

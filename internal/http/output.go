@@ -1,0 +1,82 @@
+package http
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// OutputReader reads the kept output of cut results;
+// *registry.Executor implements it.
+type OutputReader interface {
+	ReadOutput(ctx context.Context, caller *registry.Caller, catalog []string, toolCallID, stream string, offset int64, limit int) (*registry.SpillInfo, []byte, error)
+}
+
+// The most and the default bytes one GET /calls/{id}/output returns.
+const (
+	maxOutputRead     = 16 << 20
+	defaultOutputRead = 1 << 20
+)
+
+// handleGetOutput serves a range of the kept full output of a cut call of
+// this caller, as raw bytes, with its sizes and the next offset in
+// headers.
+func (s *Server) handleGetOutput(w http.ResponseWriter, r *http.Request) error {
+	reader, ok := s.deps.Executor.(OutputReader)
+	if !ok {
+		return problem(kindNotFound, "this service keeps no cut outputs")
+	}
+	q := r.URL.Query()
+	offset, err := queryInt(q.Get("offset"), 0, 0, 1<<53, "offset")
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(q.Get("limit"), defaultOutputRead, 1, maxOutputRead, "limit")
+	if err != nil {
+		return err
+	}
+	stream := q.Get("stream")
+	switch stream {
+	case "", registry.SpillStreamOutput, "stdout", "stderr", "body":
+	default:
+		return problem(kindInvalidParameter, "stream must be output, stdout, stderr or body")
+	}
+	id := chi.URLParam(r, "toolCallId")
+	info, data, err := reader.ReadOutput(r.Context(), CallerFrom(r.Context()), nil, id, stream, offset, int(limit))
+	var te *registry.Error
+	switch {
+	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrNoSpill):
+		return problem(kindNotFound, err.Error())
+	case errors.As(err, &te):
+		return problem(kindNotFound, te.Message)
+	case err != nil:
+		return err
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Toolsvc-Tool-Name", info.ToolName)
+	h.Set("Toolsvc-Total-Bytes", strconv.FormatInt(info.TotalBytes, 10))
+	h.Set("Toolsvc-Stored-Bytes", strconv.FormatInt(info.StoredBytes, 10))
+	h.Set("Toolsvc-Next-Offset", strconv.FormatInt(offset+int64(len(data)), 10))
+	h.Set("Content-Length", strconv.Itoa(len(data)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(data)
+	return nil
+}
+
+// queryInt parses an integer query parameter in [lo, hi]; empty is def.
+func queryInt(v string, def, lo, hi int64, name string) (int64, error) {
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, problem(kindInvalidParameter, name+" must be an integer from "+strconv.FormatInt(lo, 10)+" to "+strconv.FormatInt(hi, 10))
+	}
+	return n, nil
+}

@@ -1,0 +1,142 @@
+package http
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
+)
+
+// TestCutOutputIsReadOn: a cut result's marker says how to read on, and
+// GET /calls/{id}/output pages through the whole output, for its caller
+// only and only while the tool is in the caller's catalog.
+func TestCutOutputIsReadOn(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	call := []registry.Scope{registry.ScopeCall}
+	e := newEnv(t, func(d *Deps, o *registry.Options) {
+		o.Spill = registry.NewSpiller(registry.SpillOptions{Store: st, Registerer: prometheus.NewRegistry()})
+		d.Auth = staticAuth{
+			"alice":  {ID: "alice", Scopes: call},
+			"bob":    {ID: "bob", Scopes: call},
+			"alice2": {ID: "alice", Scopes: call, Tools: []string{"text__*"}},
+		}
+	})
+	as := func(token string) map[string]string {
+		return map[string]string{"Authorization": "Bearer " + token, "Content-Type": "application/json"}
+	}
+	r := e.do("POST", "/calls", []byte(`{"toolCallId":"big1","toolName":"test__big"}`), as("alice"), true)
+	var res registry.Result
+	r.json(t, &res)
+	if !res.Truncated || len(res.Output) > 16384+400 {
+		t.Fatalf("truncated=%v, %d bytes of output", res.Truncated, len(res.Output))
+	}
+	var text string
+	if err := json.Unmarshal(res.Output, &text); err != nil {
+		t.Fatalf("cut output is not a JSON string: %v", err)
+	}
+	m := regexp.MustCompile(`\[output truncated: (\d+) bytes total, (\d+) omitted; read on with result__read \{"toolCallId":"big1","offset":(\d+)\}\]$`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("no read-on marker in %q", text[max(0, len(text)-300):])
+	}
+	want, _ := json.Marshal(map[string]string{"data": strings.Repeat("x€", 10<<20/4)})
+	if m[1] != strconv.Itoa(len(want)) || res.OriginalBytes != int64(len(want)) {
+		t.Errorf("marker total %s, originalBytes %d; the output is %d bytes", m[1], res.OriginalBytes, len(want))
+	}
+	kept, _ := strconv.Atoi(m[3])
+	if !strings.HasPrefix(text, string(want[:kept])) {
+		t.Errorf("the marker's offset %d is not where the shown text ends", kept)
+	}
+
+	// Page through it all, 1 MiB at a time, from where the marker says.
+	got := append([]byte(nil), want[:kept]...)
+	for off := kept; ; {
+		r := e.do("GET", fmt.Sprintf("/calls/big1/output?offset=%d&limit=%d", off, 1<<20), nil, as("alice"), true)
+		if r.status != 200 {
+			t.Fatalf("GET output at %d: %d %s", off, r.status, r.body)
+		}
+		if len(r.body) == 0 {
+			break
+		}
+		got = append(got, r.body...)
+		next, _ := strconv.Atoi(r.header.Get("Toolsvc-Next-Offset"))
+		if next != off+len(r.body) || r.header.Get("Toolsvc-Total-Bytes") != strconv.Itoa(len(want)) {
+			t.Fatalf("headers %v at offset %d", r.header, off)
+		}
+		off = next
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("read back %d bytes, want the %d of the output", len(got), len(want))
+	}
+
+	for _, c := range []struct{ token, path string }{
+		{"bob", "/calls/big1/output"},                 // another caller
+		{"alice2", "/calls/big1/output"},              // the tool is not in this caller's catalog
+		{"alice", "/calls/big1/output?stream=stdout"}, // no such stream
+		{"alice", "/calls/nope/output"},
+	} {
+		if r := e.do("GET", c.path, nil, as(c.token), true); r.status != 404 {
+			t.Errorf("%s GET %s: %d %s, want 404", c.token, c.path, r.status, r.body)
+		}
+	}
+	for _, q := range []string{"offset=-1", "limit=0", "limit=99999999999", "stream=x"} {
+		if r := e.do("GET", "/calls/big1/output?"+q, nil, as("alice"), false); r.status != 400 {
+			t.Errorf("?%s: %d, want 400", q, r.status)
+		}
+	}
+}
+
+// TestMCPCutOutputLinksToIt: over /mcp a cut result carries a
+// resource_link that fetches the whole output.
+func TestMCPCutOutputLinksToIt(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	e := newEnv(t, func(d *Deps, o *registry.Options) {
+		o.Spill = registry.NewSpiller(registry.SpillOptions{Store: st})
+	})
+	cs, err := mcpSession(t, e, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "test__big", Arguments: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var link *mcp.ResourceLink
+	for _, c := range res.Content {
+		if l, ok := c.(*mcp.ResourceLink); ok {
+			link = l
+		}
+	}
+	if res.IsError || link == nil || !strings.HasPrefix(link.URI, e.ts.URL+"/calls/call_") || !strings.HasSuffix(link.URI, "/output?stream=output") {
+		t.Fatalf("no resource_link to the output: %+v", res.Content)
+	}
+	r := e.do("GET", strings.TrimPrefix(link.URI, e.ts.URL)+"&limit=16777216", nil, nil, true)
+	want, _ := json.Marshal(map[string]string{"data": strings.Repeat("x€", 10<<20/4)})
+	if r.status != 200 || !bytes.Equal(r.body, want) {
+		t.Errorf("GET %s: %d, %d bytes; want the %d of the output", link.URI, r.status, len(r.body), len(want))
+	}
+	// A result that was not cut has no link.
+	res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "text__transform", Arguments: map[string]any{"operation": "upper", "text": "hi"}})
+	if err != nil || len(res.Content) != 1 {
+		t.Errorf("uncut result: %v, %+v", err, res)
+	}
+}

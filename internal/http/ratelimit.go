@@ -1,0 +1,127 @@
+package http
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolsvc/toolsvc/internal/ratelimit"
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// rateMetrics count refused calls by the limit's configured name (a
+// Caller resource, or an Issuer and its mapping rule: never a token's
+// subject), so the number of series is bounded by the configuration.
+type rateMetrics struct {
+	limited *prometheus.CounterVec
+}
+
+func newRateMetrics(reg prometheus.Registerer) *rateMetrics {
+	m := &rateMetrics{limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolsvc_rate_limited_total",
+		Help: "Calls refused by a rate limit, by caller (the configured name of the limit: a Caller, or Issuer/name/rule) and bucket (caller or tool).",
+	}, []string{"caller", "bucket"})}
+	reg.MustRegister(m.limited)
+	return m
+}
+
+// rateLimited is a refusal by a rate limit (or by a shared limiter that
+// fails closed).
+type rateLimited struct {
+	d      ratelimit.Decision
+	policy string // the RateLimit-Policy header
+	err    error  // the limiter's failure, when failing closed
+}
+
+func (e *rateLimited) Error() string { return "rate limited" }
+
+// retryAfter is the whole seconds of Retry-After (at least 1).
+func (e *rateLimited) retryAfter() int {
+	return max(1, int(math.Ceil(e.d.RetryAfter.Seconds())))
+}
+
+func (e *rateLimited) problem() *Problem {
+	if e.err != nil {
+		p := problem(kindUnavailable, "the shared rate limiter is not answering and the service fails closed; retry shortly").because(e.err)
+		p.RetryAfter = e.retryAfter()
+		return p
+	}
+	p := problem(kindRateLimited, fmt.Sprintf("this caller is over its rate limit; retry in %d s (see the RateLimit and Retry-After headers)", e.retryAfter()))
+	p.RetryAfter = e.retryAfter()
+	return p
+}
+
+// limitCalls takes one token per call of tools from the caller's buckets:
+// the caller's own and, for tools with a rule of their own, the tool's. It
+// returns the headers to send (IETF RateLimit and RateLimit-Policy) and a
+// *rateLimited when the calls may not run.
+func (s *Server) limitCalls(ctx context.Context, caller *registry.Caller, tools []string) (http.Header, error) {
+	lim := caller.RateLimit
+	if s.deps.RateLimiter == nil || lim == nil || len(tools) == 0 {
+		return nil, nil
+	}
+	type take struct {
+		bucket ratelimit.Bucket
+		n      int
+		name   string // the policy's name in the headers
+		kind   string
+	}
+	takes := []take{{bucket: ratelimit.Bucket{Key: "c:" + caller.ID, PerSecond: lim.PerSecond, Burst: lim.Burst}, n: len(tools), name: "caller", kind: "caller"}}
+	for i, tl := range lim.Tools {
+		n := 0
+		for _, t := range tools {
+			if registry.MatchAny(tl.Tools, t) {
+				n++
+			}
+		}
+		if n > 0 {
+			takes = append(takes, take{bucket: ratelimit.Bucket{Key: "t:" + strconv.Itoa(i) + ":" + caller.ID, PerSecond: tl.PerSecond, Burst: tl.Burst},
+				n: n, name: "tool" + strconv.Itoa(i), kind: "tool"})
+		}
+	}
+	h := http.Header{}
+	for _, t := range takes {
+		d, err := s.deps.RateLimiter.Allow(ctx, t.bucket, t.n)
+		policy := fmt.Sprintf("%q;q=%d;w=%d", t.name, t.bucket.Burst, max(1, int(math.Ceil(float64(t.bucket.Burst)/t.bucket.PerSecond))))
+		h.Add("RateLimit-Policy", policy)
+		h.Add("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", t.name, d.Remaining, int(math.Ceil(d.ResetAfter.Seconds()))))
+		if err != nil && !errors.Is(err, ratelimit.ErrUnavailable) {
+			return h, err
+		}
+		if err != nil || !d.Allowed {
+			if s.rate != nil {
+				s.rate.limited.WithLabelValues(lim.Name, t.kind).Inc()
+			}
+			trace.SpanFromContext(ctx).SetAttributes(attribute.String("toolsvc.rate_limit", lim.Name+"/"+t.kind))
+			if err == nil && d.RetryAfter <= 0 {
+				d.RetryAfter = time.Second
+			}
+			return h, &rateLimited{d: d, policy: policy, err: err}
+		}
+	}
+	return h, nil
+}
+
+// limitHTTP applies limitCalls to an HTTP request: the headers are set,
+// and a refusal is returned as a problem (429, or 503 failing closed).
+func (s *Server) limitHTTP(w http.ResponseWriter, r *http.Request, tools ...string) error {
+	h, err := s.limitCalls(r.Context(), CallerFrom(r.Context()), tools)
+	for k, vs := range h {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	var rl *rateLimited
+	if errors.As(err, &rl) {
+		return rl.problem()
+	}
+	return err
+}

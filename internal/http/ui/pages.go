@@ -1,0 +1,355 @@
+package ui
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// inbox is the data of the inbox page and fragment.
+type inbox struct {
+	Pending []*registry.Approval
+	Decided []*registry.Approval
+	// Version changes when a request arrives or is decided; the page's
+	// script swaps the list in only then.
+	Version string
+}
+
+const decidedShown = 20
+
+func (c *Console) loadInbox(r *http.Request) (*inbox, error) {
+	st := c.o.Executor.Store()
+	if st == nil {
+		return nil, registry.ErrNoStore
+	}
+	f := registry.ApprovalFilter{Status: registry.ApprovalPending, Limit: 1000}
+	caller := callerOf(r)
+	if !seesAll(caller) {
+		f.CallerID = caller.ID
+	}
+	pending, err := st.ListApprovals(r.Context(), f)
+	if err != nil {
+		return nil, err
+	}
+	f.Status = ""
+	all, err := st.ListApprovals(r.Context(), f)
+	if err != nil {
+		return nil, err
+	}
+	in := &inbox{}
+	for i := len(pending) - 1; i >= 0; i-- {
+		in.Pending = append(in.Pending, pending[i])
+	}
+	for i := len(all) - 1; i >= 0 && len(in.Decided) < decidedShown; i-- {
+		if all[i].Status != registry.ApprovalPending {
+			in.Decided = append(in.Decided, all[i])
+		}
+	}
+	h := sha256.New()
+	for _, a := range append(slices.Clone(in.Pending), in.Decided...) {
+		fmt.Fprintf(h, "%s %s\n", a.ID, a.Status)
+	}
+	in.Version = hex.EncodeToString(h.Sum(nil)[:8])
+	return in, nil
+}
+
+func (c *Console) handleInbox(w http.ResponseWriter, r *http.Request) {
+	in, err := c.loadInbox(r)
+	if err != nil {
+		c.storeUnavailable(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "inbox", c.view(r, "Approvals", "inbox", in))
+}
+
+// handleInboxFragment serves the inbox's lists alone, for the page's
+// script to refresh them; 204 when nothing changed since ?v=.
+func (c *Console) handleInboxFragment(w http.ResponseWriter, r *http.Request) {
+	in, err := c.loadInbox(r)
+	if err != nil {
+		c.storeUnavailable(w, r, err)
+		return
+	}
+	w.Header().Set("X-Inbox-Version", in.Version)
+	if r.URL.Query().Get("v") == in.Version {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	c.renderTemplate(w, r, http.StatusOK, "inbox", "inbox-lists", c.view(r, "", "inbox", in))
+}
+
+// approvalPage is the data of one request's page.
+type approvalPage struct {
+	A *registry.Approval
+}
+
+func (c *Console) getApproval(w http.ResponseWriter, r *http.Request) (*registry.Approval, bool) {
+	st := c.o.Executor.Store()
+	if st == nil {
+		c.storeUnavailable(w, r, registry.ErrNoStore)
+		return nil, false
+	}
+	id := chi.URLParam(r, "id")
+	a, err := st.GetApproval(r.Context(), id)
+	caller := callerOf(r)
+	if errors.Is(err, registry.ErrNotFound) || (err == nil && !seesAll(caller) && a.CallerID != caller.ID) {
+		c.fail(w, r, http.StatusNotFound, "There is no approval request "+id+" that you may see.")
+		return nil, false
+	}
+	if err != nil {
+		c.storeUnavailable(w, r, err)
+		return nil, false
+	}
+	return a, true
+}
+
+func (c *Console) handleApproval(w http.ResponseWriter, r *http.Request) {
+	a, ok := c.getApproval(w, r)
+	if !ok {
+		return
+	}
+	c.render(w, r, http.StatusOK, "approval", c.view(r, "Approval request", "inbox", &approvalPage{A: a}))
+}
+
+// handleDecide approves or denies a request, then shows the call.
+func (c *Console) handleDecide(w http.ResponseWriter, r *http.Request) {
+	caller := callerOf(r)
+	if !caller.Has(registry.ScopeApprove) {
+		c.fail(w, r, http.StatusForbidden, "You may not decide approval requests: your credentials lack the approve scope.")
+		return
+	}
+	v := registry.Verdict(r.PostForm.Get("decision"))
+	if v != registry.VerdictApprove && v != registry.VerdictDeny {
+		c.fail(w, r, http.StatusBadRequest, `The decision must be "approve" or "deny".`)
+		return
+	}
+	reason := strings.TrimSpace(r.PostForm.Get("reason"))
+	if utf8.RuneCountInString(reason) > 1000 || !utf8.ValidString(reason) {
+		c.fail(w, r, http.StatusBadRequest, "The reason must be valid text of at most 1000 characters.")
+		return
+	}
+	id := chi.URLParam(r, "id")
+	a, _, err := c.o.Executor.Decide(r.Context(), caller, id, v, reason)
+	if errors.Is(err, registry.ErrNotFound) || errors.Is(err, registry.ErrNoStore) {
+		c.fail(w, r, http.StatusNotFound, "There is no approval request "+id+".")
+		return
+	}
+	if err != nil {
+		c.storeUnavailable(w, r, err)
+		return
+	}
+	http.Redirect(w, r, callLink(a.CallerID, a.ToolCallID), http.StatusSeeOther)
+}
+
+func callLink(callerID, toolCallID string) string {
+	return "/ui/calls/" + url.PathEscape(toolCallID) + "?caller=" + url.QueryEscape(callerID)
+}
+
+// callsPage is the data of the calls list.
+type callsPage struct {
+	Calls                 []*registry.AuditEntry
+	Caller, Tool, Status  string
+	SeesAll               bool
+	Scanned, ScannedLimit int
+}
+
+const (
+	auditPage  = 1000
+	auditPages = 10
+	callsShown = 200
+)
+
+// handleCalls lists recent recorded calls from the audit trail, newest
+// first, one line per call as it last stood.
+func (c *Console) handleCalls(w http.ResponseWriter, r *http.Request) {
+	st := c.o.Executor.Store()
+	if st == nil {
+		c.storeUnavailable(w, r, registry.ErrNoStore)
+		return
+	}
+	q := r.URL.Query()
+	caller := callerOf(r)
+	p := &callsPage{Caller: q.Get("caller"), Tool: q.Get("tool"), Status: q.Get("status"), SeesAll: seesAll(caller), ScannedLimit: auditPage * auditPages}
+	f := registry.AuditFilter{CallerID: p.Caller, ToolName: p.Tool, Since: c.o.Now().Add(-7 * 24 * time.Hour), Limit: auditPage}
+	if !p.SeesAll {
+		f.CallerID = caller.ID
+	}
+	latest := map[string]*registry.AuditEntry{}
+	var order []string
+	for range auditPages {
+		list, err := st.ListAudit(r.Context(), f)
+		if err != nil {
+			c.storeUnavailable(w, r, err)
+			return
+		}
+		p.Scanned += len(list)
+		for _, e := range list {
+			if e.Event != "call" || e.ToolCallID == "" {
+				continue
+			}
+			k := e.CallerID + "\x00" + e.ToolCallID
+			if _, ok := latest[k]; !ok {
+				order = append(order, k)
+			}
+			latest[k] = e
+		}
+		if len(list) < auditPage {
+			break
+		}
+		f.AfterID = list[len(list)-1].ID
+	}
+	for i := len(order) - 1; i >= 0 && len(p.Calls) < callsShown; i-- {
+		e := latest[order[i]]
+		if p.Status != "" && string(e.Status) != p.Status && string(e.Code) != p.Status {
+			continue
+		}
+		p.Calls = append(p.Calls, e)
+	}
+	c.render(w, r, http.StatusOK, "calls", c.view(r, "Calls", "calls", p))
+}
+
+// callPage is the data of one call's page.
+type callPage struct {
+	Rec      *registry.CallRecord
+	Approval *registry.Approval
+	Result   string
+}
+
+func (c *Console) handleCall(w http.ResponseWriter, r *http.Request) {
+	st := c.o.Executor.Store()
+	if st == nil {
+		c.storeUnavailable(w, r, registry.ErrNoStore)
+		return
+	}
+	caller := callerOf(r)
+	owner := r.URL.Query().Get("caller")
+	if owner == "" || !seesAll(caller) {
+		owner = caller.ID
+	}
+	id := chi.URLParam(r, "toolCallId")
+	rec, err := st.GetCall(r.Context(), owner, id)
+	if errors.Is(err, registry.ErrNotFound) {
+		c.fail(w, r, http.StatusNotFound, "No call "+id+" of "+owner+" is recorded.")
+		return
+	}
+	if err != nil {
+		c.storeUnavailable(w, r, err)
+		return
+	}
+	p := &callPage{Rec: rec}
+	if rec.ApprovalID != "" {
+		if a, err := st.GetApproval(r.Context(), rec.ApprovalID); err == nil {
+			p.Approval = a
+		}
+	}
+	if rec.Result != nil {
+		b, _ := json.Marshal(rec.Result)
+		p.Result = string(b)
+	}
+	c.render(w, r, http.StatusOK, "call", c.view(r, "Call "+id, "calls", p))
+}
+
+func (c *Console) handleCatalog(w http.ResponseWriter, r *http.Request) {
+	tools := c.o.Executor.Registry().List(callerOf(r), registry.Filter{})
+	c.render(w, r, http.StatusOK, "catalog", c.view(r, "Catalog", "catalog", tools))
+}
+
+// Template helpers.
+
+func (c *Console) ago(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return span(c.o.Now().Sub(t)) + " ago"
+}
+
+func (c *Console) left(t time.Time) string {
+	d := t.Sub(c.o.Now())
+	if d <= 0 {
+		return "expired"
+	}
+	return span(d) + " left"
+}
+
+func span(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func when(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+// maxShown bounds what a page shows of one value.
+const maxShown = 64 << 10
+
+// prettyJSON indents JSON for display; what is not JSON is shown as it is.
+// html/template escapes the result, so hostile values render as text.
+func prettyJSON(v any) string {
+	var raw []byte
+	switch x := v.(type) {
+	case json.RawMessage:
+		raw = x
+	case string:
+		raw = []byte(x)
+	default:
+		raw, _ = json.Marshal(x)
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return strings.ToValidUTF8(string(raw), "\uFFFD")
+	}
+	return strings.ToValidUTF8(buf.String(), "\uFFFD")
+}
+
+// folded is a long text cut for display: Head is shown, Rest behind a
+// disclosure.
+type folded struct {
+	Head, Rest string
+	Omitted    int
+}
+
+const foldAt = 600
+
+func fold(s string) folded {
+	if len(s) <= foldAt {
+		return folded{Head: s}
+	}
+	cut := foldAt
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	f := folded{Head: s[:cut], Rest: s[cut:]}
+	if len(f.Rest) > maxShown {
+		end := maxShown
+		for end > 0 && !utf8.RuneStart(f.Rest[end]) {
+			end--
+		}
+		f.Omitted = len(f.Rest) - end
+		f.Rest = f.Rest[:end]
+	}
+	return f
+}
