@@ -1,93 +1,194 @@
 package main
 
 import (
+	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
+	"net/url"
+	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/toolsvc/toolsvc/internal/policy"
+	"github.com/toolsvc/toolsvc/internal/sandbox"
 )
 
 // Config is every process setting; this is the only place the
 // environment is read.
 type Config struct {
-	Addr               string        `env:"TOOLSVC_ADDR" envDefault:"127.0.0.1:8080"`
-	ConfigPaths        []string      `env:"TOOLSVC_CONFIG" envSeparator:","`
-	Workspace          string        `env:"TOOLSVC_WORKSPACE" envDefault:"./workspace"`
-	DefaultTimeout     time.Duration `env:"TOOLSVC_DEFAULT_TIMEOUT" envDefault:"30s"`
-	MaxTimeout         time.Duration `env:"TOOLSVC_MAX_TIMEOUT" envDefault:"5m"`
-	MaxOutputBytes     int           `env:"TOOLSVC_MAX_OUTPUT_BYTES" envDefault:"16384"`
-	ErrorMessageLimit  int           `env:"TOOLSVC_ERROR_MESSAGE_LIMIT" envDefault:"1000"`
-	MaxRequestBytes    int64         `env:"TOOLSVC_MAX_REQUEST_BYTES" envDefault:"1048576"`
-	MaxJSONDepth       int           `env:"TOOLSVC_MAX_JSON_DEPTH" envDefault:"64"`
-	MaxConcurrency     int           `env:"TOOLSVC_MAX_CONCURRENCY" envDefault:"256"`
-	MaxToolConcurrency int           `env:"TOOLSVC_MAX_TOOL_CONCURRENCY"`
-	ShutdownTimeout    time.Duration `env:"TOOLSVC_SHUTDOWN_TIMEOUT" envDefault:"30s"`
-	LogLevel           string        `env:"TOOLSVC_LOG_LEVEL" envDefault:"info"`
-	LogFormat          string        `env:"TOOLSVC_LOG_FORMAT" envDefault:"json"`
-	DataDir            string        `env:"TOOLSVC_DATA_DIR" envDefault:"./data"`
-	StoreURL           string        `env:"TOOLSVC_STORE_URL"`
-	StoreSchema        string        `env:"TOOLSVC_STORE_SCHEMA"`
-	InstanceID         string        `env:"TOOLSVC_INSTANCE_ID"`
-	Retention          time.Duration `env:"TOOLSVC_RETENTION" envDefault:"24h"`
-	ApprovalTTL        time.Duration `env:"TOOLSVC_APPROVAL_TTL" envDefault:"15m"`
+	Addr              string        `env:"TOOLSVC_ADDR" envDefault:"127.0.0.1:8080" desc:"listen address; a non-loopback address needs credentials or TOOLSVC_AUTH=none"`
+	ConfigPaths       []string      `env:"TOOLSVC_CONFIG" envSeparator:"," desc:"comma-separated YAML files or directories of resources"`
+	Workspace         string        `env:"TOOLSVC_WORKSPACE" envDefault:"./workspace" desc:"the directory file and shell tools are confined to"`
+	DefaultTimeout    time.Duration `env:"TOOLSVC_DEFAULT_TIMEOUT" envDefault:"30s" desc:"a tool's timeout when it declares none"`
+	MaxTimeout        time.Duration `env:"TOOLSVC_MAX_TIMEOUT" envDefault:"5m" desc:"no call runs longer"`
+	MaxOutputBytes    int           `env:"TOOLSVC_MAX_OUTPUT_BYTES" envDefault:"16384" desc:"a tool's output limit when it declares none"`
+	ErrorMessageLimit int           `env:"TOOLSVC_ERROR_MESSAGE_LIMIT" envDefault:"1000" desc:"characters of an error message"`
+	MaxRequestBytes   int64         `env:"TOOLSVC_MAX_REQUEST_BYTES" envDefault:"1048576" desc:"request body limit (413 beyond)"`
+	MaxJSONDepth      int           `env:"TOOLSVC_MAX_JSON_DEPTH" envDefault:"64" desc:"request nesting limit (400 beyond)"`
+	// MaxConcurrency bounds the calls running at once (429 beyond it);
+	// 0 (the default) is 64 per CPU.
+	MaxConcurrency     int `env:"TOOLSVC_MAX_CONCURRENCY" envDefault:"0" desc:"calls running at once (429 beyond); 0 is 64 per CPU"`
+	MaxToolConcurrency int `env:"TOOLSVC_MAX_TOOL_CONCURRENCY" desc:"calls of one tool running at once, for tools that set no maxConcurrency of their own (429 beyond; empty or 0: only the service-wide limit)"`
+	// ProcessConcurrency bounds the calls of each process-backed tool
+	// (shell__exec, exec tools) running at once; 0 (the default) is 4 per
+	// CPU. A tool's own maxConcurrency wins.
+	ProcessConcurrency int `env:"TOOLSVC_PROCESS_TOOL_CONCURRENCY" envDefault:"0" desc:"calls of each process-backed tool (shell__exec, exec tools) running at once; 0 is 4 per CPU; a tool's own maxConcurrency wins (429 beyond)"`
+	// ToolMemoryLimit is the kernel-enforced memory ceiling of what
+	// evaluates a model-supplied program: the shell interpreter's process
+	// (and the programs it starts) and the worker processes that run
+	// json__query, text__transform and data__parse. A call that needs more
+	// fails with E_TOOL naming this setting; the service keeps answering.
+	ToolMemoryLimit ByteSize `env:"TOOLSVC_TOOL_MEMORY_LIMIT" envDefault:"512MiB" desc:"kernel-enforced memory ceiling (512MiB, 1GiB or bytes) of the shell interpreter and its programs and of the workers that run json__query, text__transform and data__parse; a call over it is E_TOOL"`
+	// ToolWorkers is how many worker processes may run json__query,
+	// text__transform and data__parse calls at once; 0 is 2 per CPU.
+	ToolWorkers     int           `env:"TOOLSVC_TOOL_WORKERS" envDefault:"0" desc:"worker processes that run json__query, text__transform and data__parse calls at once (further calls wait for one within their timeout); 0 is 2 per CPU"`
+	ShutdownTimeout time.Duration `env:"TOOLSVC_SHUTDOWN_TIMEOUT" envDefault:"30s" desc:"on SIGTERM, how long calls in flight may finish before they are cancelled"`
+	LogLevel        string        `env:"TOOLSVC_LOG_LEVEL" envDefault:"info" desc:"debug, info, warn, error"`
+	LogFormat       string        `env:"TOOLSVC_LOG_FORMAT" envDefault:"json" desc:"json or text"`
+	// LogFlushInterval is how long log lines may wait in memory, so that
+	// many are written with one system call.
+	LogFlushInterval time.Duration `env:"TOOLSVC_LOG_FLUSH_INTERVAL" envDefault:"100ms" desc:"how long log lines may wait in memory before they are written out together (also when 64 KiB are held, and at shutdown); 0 writes each line at once"`
+	DataDir          string        `env:"TOOLSVC_DATA_DIR" envDefault:"./data" desc:"where the embedded store keeps toolsvc.db"`
+	StoreURL         string        `env:"TOOLSVC_STORE_URL" desc:"postgres://…: keep state in PostgreSQL instead, shared by replicas"`
+	StoreSchema      string        `env:"TOOLSVC_STORE_SCHEMA" desc:"PostgreSQL schema to use (created if missing)"`
+	InstanceID       string        `env:"TOOLSVC_INSTANCE_ID" desc:"this replica's name as owner of running calls; set only to a name no two live replicas share"`
+	Retention        time.Duration `env:"TOOLSVC_RETENTION" envDefault:"24h" desc:"how long results, decided approvals and audit entries are kept"`
+	ApprovalTTL      time.Duration `env:"TOOLSVC_APPROVAL_TTL" envDefault:"15m" desc:"how long an approval request waits"`
+	// StoreTimeout bounds every store operation (503 beyond).
+	StoreTimeout time.Duration `env:"TOOLSVC_STORE_TIMEOUT" envDefault:"5s" desc:"deadline of every store operation (503 beyond)"`
+	// StoreWaitTimeout bounds how long a retry waits for the first call
+	// with its toolCallId to finish (then 202 with status running).
+	StoreWaitTimeout time.Duration `env:"TOOLSVC_STORE_WAIT_TIMEOUT" envDefault:"60s" desc:"how long a retry waits for the first call with its toolCallId to finish (then 202 with status running)"`
+	// StoreStartTimeout bounds opening the store at start, retries included.
+	StoreStartTimeout time.Duration `env:"TOOLSVC_STORE_START_TIMEOUT" envDefault:"60s" desc:"how long start-up tries to open the store, retries included, before it gives up"`
+	// StoreBacklog bounds the results and audit entries held in memory
+	// while the store does not take them.
+	StoreBacklog int `env:"TOOLSVC_STORE_BACKLOG" envDefault:"1000" desc:"results and audit entries held in memory and retried while the store does not take them"`
+	// StoreSync is the embedded store's SQLite synchronous mode: full
+	// (every commit reaches the disk before it is answered) or normal
+	// (commits survive a crash of the process, not of the machine).
+	StoreSync string `env:"TOOLSVC_STORE_SYNC" envDefault:"full" desc:"embedded store: full (every answered record is on disk) or normal (faster; survives a crash of toolsvc but the last answered records can be lost if the machine loses power or the kernel crashes)"`
+	// StoreCommitWindow is how long the store's group commit waits for
+	// more writes to share a transaction; 0 takes only what is already
+	// waiting.
+	StoreCommitWindow time.Duration `env:"TOOLSVC_STORE_COMMIT_WINDOW" envDefault:"0s" desc:"how long a group commit waits for more calls' writes to share its transaction and fsync (adds up to this much latency to each write; 0 batches only what is already waiting)"`
+	// StoreCommitMax bounds the calls' writes one group commit holds; 0
+	// is the store's own default (see storeCommitMax).
+	StoreCommitMax int `env:"TOOLSVC_STORE_COMMIT_MAX" envDefault:"0" desc:"most calls' writes one group commit holds; 1 commits each write alone (no grouping); 0 is 1 on the embedded store and 128 on PostgreSQL"`
 
-	APIKey          string `env:"TOOLSVC_API_KEY"`
-	PolicyCostLimit uint64 `env:"TOOLSVC_POLICY_COST_LIMIT" envDefault:"1000000"`
+	// SpillMaxBytes is the most of one cut output (or process stream) kept
+	// in the store for result__read and GET /calls/{id}/output; 0 keeps
+	// none. SpillRetention is how long it is kept.
+	SpillMaxBytes  int64         `env:"TOOLSVC_SPILL_MAX_BYTES" envDefault:"67108864" desc:"most bytes of one cut output stream kept for reading on (result__read, GET /calls/{id}/output); 0 keeps none"`
+	SpillRetention time.Duration `env:"TOOLSVC_SPILL_RETENTION" envDefault:"1h" desc:"how long kept outputs can be read"`
+	// OutputHeadPercent is the share of a process stream's limit that keeps
+	// its beginning (1-100); the rest keeps its end.
+	OutputHeadPercent int `env:"TOOLSVC_OUTPUT_HEAD_PERCENT" envDefault:"50" desc:"share of a cut process stream kept from its beginning; the rest is kept from its end"`
+
+	APIKey          string `env:"TOOLSVC_API_KEY" desc:"one bearer token with every scope"`
+	PolicyCostLimit uint64 `env:"TOOLSVC_POLICY_COST_LIMIT" envDefault:"1000000" desc:"CEL evaluation cost limit of one rule condition (over it, the call is denied)"`
 
 	// Auth "none" allows serving a non-loopback address without credentials.
-	Auth string `env:"TOOLSVC_AUTH"`
+	Auth string `env:"TOOLSVC_AUTH" desc:"none allows a non-loopback address without credentials (logged as a warning)"`
 	// Watch reloads the configuration when its files change (SIGHUP
 	// always does).
-	Watch             bool          `env:"TOOLSVC_WATCH" envDefault:"false"`
-	MCPConnectTimeout time.Duration `env:"TOOLSVC_MCP_CONNECT_TIMEOUT" envDefault:"10s"`
+	Watch             bool          `env:"TOOLSVC_WATCH" envDefault:"false" desc:"true reloads the configuration when its files change (SIGHUP always does)"`
+	MCPConnectTimeout time.Duration `env:"TOOLSVC_MCP_CONNECT_TIMEOUT" envDefault:"10s" desc:"how long one connection attempt to an MCP server may take; start-up and reloads wait this long for new servers"`
+
+	// PublicURL is the service's address as people reach it
+	// ("https://toolsvc.example.com"); notifications link to the console
+	// below it. Empty: http:// and TOOLSVC_ADDR.
+	PublicURL string `env:"TOOLSVC_PUBLIC_URL" desc:"the service's address as people reach it; notifications link to the console below it (empty: http:// and TOOLSVC_ADDR)"`
+	// UI serves the console at /ui.
+	UI bool `env:"TOOLSVC_UI" envDefault:"true" desc:"serve the approval console at /ui"`
+	// UISessionKey seals console session cookies: 32 bytes as 64 hex
+	// digits. Empty: a random key per process (sign-ins end with it and do
+	// not cross replicas).
+	UISessionKey string `env:"TOOLSVC_UI_SESSION_KEY" desc:"64 hex digits that seal console session cookies; empty: a random key per process"`
+	// UISessionTTL is how long a console sign-in lasts.
+	UISessionTTL time.Duration `env:"TOOLSVC_UI_SESSION_TTL" envDefault:"12h" desc:"how long a console sign-in lasts"`
+
+	// TLS serves HTTPS with this certificate and key (PEM), read again on
+	// SIGHUP and when the files change. With TLSClientCAFile, client
+	// certificates signed by these CAs are verified and map to Caller
+	// resources by subject or SAN (a client without one still may use a
+	// bearer token).
+	TLSCertFile     string `env:"TOOLSVC_TLS_CERT_FILE" desc:"PEM certificate: serve HTTPS (read again on SIGHUP and when the file changes)"`
+	TLSKeyFile      string `env:"TOOLSVC_TLS_KEY_FILE" desc:"PEM key of TOOLSVC_TLS_CERT_FILE"`
+	TLSClientCAFile string `env:"TOOLSVC_TLS_CLIENT_CA_FILE" desc:"PEM CAs whose client certificates map to Caller resources by subject or SAN"`
+
+	// RateLimit is the default calls per second of a caller whose Caller
+	// or Issuer rule sets none (0: no default limit); RateLimitBurst its
+	// burst (0: max(1, rate)).
+	RateLimit      float64 `env:"TOOLSVC_RATE_LIMIT" envDefault:"0" desc:"default calls per second of a caller whose Caller or Issuer rule sets none (0: no default limit)"`
+	RateLimitBurst int     `env:"TOOLSVC_RATE_LIMIT_BURST" envDefault:"0" desc:"burst of TOOLSVC_RATE_LIMIT (0: max(1, rate))"`
+	// RateLimitRedisURL shares the limits of every replica through Redis
+	// (redis://host:6379/0); empty keeps them per instance.
+	RateLimitRedisURL    string `env:"TOOLSVC_RATE_LIMIT_REDIS_URL" desc:"redis://host:6379/0 shares the rate limits of every replica; empty keeps them per instance"`
+	RateLimitRedisPrefix string `env:"TOOLSVC_RATE_LIMIT_REDIS_PREFIX" envDefault:"toolsvc:" desc:"prefix of the rate-limit keys in Redis"`
+	// RateLimitFailure is what a Redis outage does: open (limits hold per
+	// instance; /readyz stays ready) or closed (calls are refused with 503;
+	// /readyz is not ready).
+	RateLimitFailure string `env:"TOOLSVC_RATE_LIMIT_FAILURE" envDefault:"open" desc:"what a Redis outage does: open (limits hold per instance) or closed (calls get 503, /readyz is not ready)"`
+	// probe replaces the sandbox's kernel probe (tests).
+	probe func() sandbox.ProbeResult
 
 	// environ is the whole environment, for the variables resources name
 	// (exec tools' env allowlists, valueFrom.env).
 	environ map[string]string
 
-	FSMaxReadBytes    int64 `env:"TOOLSVC_FS_MAX_READ_BYTES" envDefault:"1048576"`
-	FSMaxWriteBytes   int64 `env:"TOOLSVC_FS_MAX_WRITE_BYTES" envDefault:"4194304"`
-	FSMaxSearchBytes  int64 `env:"TOOLSVC_FS_MAX_SEARCH_BYTES" envDefault:"33554432"`
-	DataMaxInputBytes int   `env:"TOOLSVC_DATA_MAX_INPUT_BYTES" envDefault:"1048576"`
-	DataMaxRows       int   `env:"TOOLSVC_DATA_MAX_ROWS" envDefault:"10000"`
+	FSMaxReadBytes    int64 `env:"TOOLSVC_FS_MAX_READ_BYTES" envDefault:"1048576" desc:"most bytes one fs__read returns"`
+	FSMaxWriteBytes   int64 `env:"TOOLSVC_FS_MAX_WRITE_BYTES" envDefault:"4194304" desc:"largest file fs__write/fs__edit writes"`
+	FSMaxSearchBytes  int64 `env:"TOOLSVC_FS_MAX_SEARCH_BYTES" envDefault:"33554432" desc:"most content one fs__search scans"`
+	DataMaxInputBytes int   `env:"TOOLSVC_DATA_MAX_INPUT_BYTES" envDefault:"1048576" desc:"largest data__parse input"`
+	DataMaxRows       int   `env:"TOOLSVC_DATA_MAX_ROWS" envDefault:"10000" desc:"most rows data__parse returns"`
 
-	ShellSandbox        string        `env:"TOOLSVC_SHELL_SANDBOX" envDefault:"best-effort"`
-	ShellAllow          []string      `env:"TOOLSVC_SHELL_ALLOW" envSeparator:","`
-	ShellEnvAllow       []string      `env:"TOOLSVC_SHELL_ENV_ALLOW" envSeparator:","`
-	ShellReadOnlyDirs   []string      `env:"TOOLSVC_SHELL_READ_ONLY_DIRS" envSeparator:","`
-	ShellCPUSeconds     uint64        `env:"TOOLSVC_SHELL_RLIMIT_CPU_SECONDS" envDefault:"60"`
-	ShellAddressSpace   uint64        `env:"TOOLSVC_SHELL_RLIMIT_AS_BYTES" envDefault:"2147483648"`
-	ShellFileSize       uint64        `env:"TOOLSVC_SHELL_RLIMIT_FSIZE_BYTES" envDefault:"1073741824"`
-	ShellProcesses      uint64        `env:"TOOLSVC_SHELL_RLIMIT_NPROC"`
-	ShellMaxOutputBytes int           `env:"TOOLSVC_SHELL_MAX_OUTPUT_BYTES" envDefault:"8192"`
-	ShellMaxProcesses   int           `env:"TOOLSVC_SHELL_MAX_PROCESSES" envDefault:"32"`
-	ShellTimeout        time.Duration `env:"TOOLSVC_SHELL_TIMEOUT" envDefault:"30s"`
+	// ShellSandbox is required (the default; without Landlock, shell and
+	// exec tools are not served and /readyz says why), best-effort (run
+	// them with whatever the kernel offers) or off.
+	ShellSandbox string `env:"TOOLSVC_SHELL_SANDBOX" envDefault:"required" desc:"required (without Landlock, shell__exec and exec tools are not served and /readyz says why), best-effort (run them with what the kernel offers) or off (process group and scrubbed environment only); also for exec tools, as are the TOOLSVC_SHELL_RLIMIT_* limits and TOOLSVC_SHELL_READ_ONLY_DIRS"`
+	// SandboxLauncher is the toolsvc-sandbox binary that confines each
+	// program of an exec tool; empty looks for it next to toolsvc, and
+	// without it toolsvc re-executes itself (slower).
+	SandboxLauncher     string        `env:"TOOLSVC_SANDBOX_LAUNCHER" desc:"the toolsvc-sandbox binary that confines exec tools' programs; empty looks next to toolsvc, else toolsvc re-executes itself (slower)"`
+	ShellAllow          []string      `env:"TOOLSVC_SHELL_ALLOW" envSeparator:"," desc:"comma-separated program names shell__exec may run; the default has no shells, interpreters, env, xargs, find, sed, awk or network clients"`
+	ShellEnvAllow       []string      `env:"TOOLSVC_SHELL_ENV_ALLOW" envSeparator:"," desc:"environment variable names a call may set for its programs"`
+	ShellReadOnlyDirs   []string      `env:"TOOLSVC_SHELL_READ_ONLY_DIRS" envSeparator:"," desc:"extra paths programs may read"`
+	ShellCPUSeconds     uint64        `env:"TOOLSVC_SHELL_RLIMIT_CPU_SECONDS" envDefault:"60" desc:"CPU seconds per program"`
+	ShellAddressSpace   uint64        `env:"TOOLSVC_SHELL_RLIMIT_AS_BYTES" envDefault:"2147483648" desc:"address space per program"`
+	ShellFileSize       uint64        `env:"TOOLSVC_SHELL_RLIMIT_FSIZE_BYTES" envDefault:"1073741824" desc:"largest file a program writes"`
+	ShellProcesses      uint64        `env:"TOOLSVC_SHELL_RLIMIT_NPROC" desc:"process limit (counted per user by the kernel; unset by default)"`
+	ShellMaxOutputBytes int           `env:"TOOLSVC_SHELL_MAX_OUTPUT_BYTES" envDefault:"8192" desc:"captured bytes of each of stdout and stderr"`
+	ShellMaxProcesses   int           `env:"TOOLSVC_SHELL_MAX_PROCESSES" envDefault:"32" desc:"programs one call runs at once"`
+	ShellTimeout        time.Duration `env:"TOOLSVC_SHELL_TIMEOUT" envDefault:"30s" desc:"shell__exec's timeout"`
 
-	HTTPAllowCIDRs      []netip.Prefix `env:"TOOLSVC_HTTP_ALLOW_CIDRS" envSeparator:","`
-	HTTPAllowHosts      []string       `env:"TOOLSVC_HTTP_ALLOW_HOSTS" envSeparator:","`
-	HTTPDenyHosts       []string       `env:"TOOLSVC_HTTP_DENY_HOSTS" envSeparator:","`
-	HTTPTimeout         time.Duration  `env:"TOOLSVC_HTTP_TIMEOUT" envDefault:"30s"`
-	HTTPMaxBytes        int64          `env:"TOOLSVC_HTTP_MAX_BYTES" envDefault:"5242880"`
-	HTTPDefaultBytes    int64          `env:"TOOLSVC_HTTP_DEFAULT_BYTES" envDefault:"1048576"`
-	HTTPMaxRequestBytes int            `env:"TOOLSVC_HTTP_MAX_REQUEST_BYTES" envDefault:"1048576"`
+	HTTPAllowCIDRs      []netip.Prefix `env:"TOOLSVC_HTTP_ALLOW_CIDRS" envSeparator:"," desc:"comma-separated CIDRs the HTTP tools may reach although they are internal (e.g. 10.1.2.3/32); metadata addresses only by an exact /32 or /128"`
+	HTTPAllowHosts      []string       `env:"TOOLSVC_HTTP_ALLOW_HOSTS" envSeparator:"," desc:"when set, the only hosts the HTTP tools may fetch (api.example.com, *.example.org); it never opens an internal address"`
+	HTTPDenyHosts       []string       `env:"TOOLSVC_HTTP_DENY_HOSTS" envSeparator:"," desc:"hosts never fetched"`
+	HTTPTimeout         time.Duration  `env:"TOOLSVC_HTTP_TIMEOUT" envDefault:"30s" desc:"HTTP tools' timeout"`
+	HTTPMaxBytes        int64          `env:"TOOLSVC_HTTP_MAX_BYTES" envDefault:"5242880" desc:"largest response body a call may ask for (after decompression)"`
+	HTTPDefaultBytes    int64          `env:"TOOLSVC_HTTP_DEFAULT_BYTES" envDefault:"1048576" desc:"response body limit when a call gives no maxBytes"`
+	HTTPMaxRequestBytes int            `env:"TOOLSVC_HTTP_MAX_REQUEST_BYTES" envDefault:"1048576" desc:"largest http__post body"`
 
-	BatchParallelism int  `env:"TOOLSVC_BATCH_PARALLELISM" envDefault:"10"`
-	PlanTool         bool `env:"TOOLSVC_PLAN_TOOL" envDefault:"false"`
+	BatchParallelism int  `env:"TOOLSVC_BATCH_PARALLELISM" envDefault:"10" desc:"read_only calls of one batch (or plan) that run at once (1–50)"`
+	PlanTool         bool `env:"TOOLSVC_PLAN_TOOL" envDefault:"false" desc:"true serves plan__execute"`
 
 	// TraceContent records tool arguments and outputs on spans.
-	TraceContent bool `env:"TOOLSVC_TRACE_CONTENT"`
+	TraceContent bool `env:"TOOLSVC_TRACE_CONTENT" desc:"record tool arguments and outputs on spans (gen_ai.tool.call.arguments, gen_ai.tool.call.result, 8192 characters each); they may hold personal data or secrets"`
 	// OpenTelemetry's standard variables; the OTLP exporter reads the rest
 	// of its settings (OTEL_EXPORTER_OTLP_*) from the process environment.
-	TracesExporter     string `env:"OTEL_TRACES_EXPORTER"`
-	OTLPEndpoint       string `env:"OTEL_EXPORTER_OTLP_ENDPOINT"`
-	OTLPTracesEndpoint string `env:"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"`
-	TracesSampler      string `env:"OTEL_TRACES_SAMPLER"`
-	TracesSamplerArg   string `env:"OTEL_TRACES_SAMPLER_ARG"`
-	ServiceName        string `env:"OTEL_SERVICE_NAME" envDefault:"toolsvc"`
-	SDKDisabled        bool   `env:"OTEL_SDK_DISABLED"`
+	TracesExporter     string `env:"OTEL_TRACES_EXPORTER" desc:"otlp, console (JSON spans on stdout) or none"`
+	OTLPEndpoint       string `env:"OTEL_EXPORTER_OTLP_ENDPOINT" desc:"where OTLP spans go (http://collector:4318); with OTEL_EXPORTER_OTLP_PROTOCOL, _HEADERS, _TIMEOUT, _CERTIFICATE … as the OpenTelemetry SDK reads them"`
+	OTLPTracesEndpoint string `env:"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" desc:"where OTLP spans go (http://collector:4318); with OTEL_EXPORTER_OTLP_PROTOCOL, _HEADERS, _TIMEOUT, _CERTIFICATE … as the OpenTelemetry SDK reads them"`
+	TracesSampler      string `env:"OTEL_TRACES_SAMPLER" desc:"always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio, with the ratio as the argument"`
+	TracesSamplerArg   string `env:"OTEL_TRACES_SAMPLER_ARG" desc:"always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio, with the ratio as the argument"`
+	ServiceName        string `env:"OTEL_SERVICE_NAME" envDefault:"toolsvc" desc:"the service.name of spans; OTEL_RESOURCE_ATTRIBUTES adds resource attributes"`
+	SDKDisabled        bool   `env:"OTEL_SDK_DISABLED" desc:"true turns tracing off"`
 }
 
 // loadConfig reads the configuration from environ ("KEY=value" pairs).
@@ -130,11 +231,32 @@ func (c Config) validate() error {
 	if c.MaxRequestBytes < 1024 {
 		errs = append(errs, "TOOLSVC_MAX_REQUEST_BYTES must be at least 1024")
 	}
+	if c.StoreTimeout <= 0 || c.StoreWaitTimeout <= 0 || c.StoreStartTimeout <= 0 {
+		return fmt.Errorf("TOOLSVC_STORE_TIMEOUT, TOOLSVC_STORE_WAIT_TIMEOUT and TOOLSVC_STORE_START_TIMEOUT must be positive")
+	}
+	if c.StoreBacklog <= 0 {
+		return fmt.Errorf("TOOLSVC_STORE_BACKLOG must be positive")
+	}
+	if c.StoreSync != "full" && c.StoreSync != "normal" {
+		errs = append(errs, fmt.Sprintf("TOOLSVC_STORE_SYNC must be full or normal, got %q", c.StoreSync))
+	}
+	if c.StoreCommitWindow < 0 || c.StoreCommitWindow > time.Second {
+		errs = append(errs, fmt.Sprintf("TOOLSVC_STORE_COMMIT_WINDOW must be between 0s and 1s, got %s", c.StoreCommitWindow))
+	}
+	if c.StoreCommitMax < 0 || c.StoreCommitMax > 10000 {
+		errs = append(errs, fmt.Sprintf("TOOLSVC_STORE_COMMIT_MAX must be between 0 (the store's default) and 10000, got %d", c.StoreCommitMax))
+	}
 	if c.MaxJSONDepth < 2 {
 		errs = append(errs, "TOOLSVC_MAX_JSON_DEPTH must be at least 2")
 	}
-	if c.MaxConcurrency < 0 || c.MaxToolConcurrency < 0 {
-		errs = append(errs, "TOOLSVC_MAX_CONCURRENCY and TOOLSVC_MAX_TOOL_CONCURRENCY must not be negative")
+	if c.ToolWorkers < 0 {
+		errs = append(errs, fmt.Sprintf("TOOLSVC_TOOL_WORKERS must be 0 (2 per CPU) or more, got %d", c.ToolWorkers))
+	}
+	if c.MaxConcurrency < 0 || c.MaxToolConcurrency < 0 || c.ProcessConcurrency < 0 {
+		errs = append(errs, "TOOLSVC_MAX_CONCURRENCY, TOOLSVC_MAX_TOOL_CONCURRENCY and TOOLSVC_PROCESS_TOOL_CONCURRENCY must not be negative")
+	}
+	if c.ToolMemoryLimit < 64<<20 {
+		errs = append(errs, fmt.Sprintf("TOOLSVC_TOOL_MEMORY_LIMIT must be at least 64MiB, got %d bytes", c.ToolMemoryLimit))
 	}
 	if c.BatchParallelism < 1 || c.BatchParallelism > 50 {
 		errs = append(errs, "TOOLSVC_BATCH_PARALLELISM must be between 1 and 50")
@@ -142,11 +264,20 @@ func (c Config) validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err.Error())
 	}
+	if c.LogFlushInterval < 0 {
+		errs = append(errs, fmt.Sprintf("TOOLSVC_LOG_FLUSH_INTERVAL must not be negative, got %s", c.LogFlushInterval))
+	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_LOG_FORMAT must be json or text, got %q", c.LogFormat))
 	}
 	if c.MCPConnectTimeout <= 0 {
 		errs = append(errs, "TOOLSVC_MCP_CONNECT_TIMEOUT must be positive")
+	}
+	if c.SpillMaxBytes < 0 || c.SpillRetention <= 0 {
+		errs = append(errs, "TOOLSVC_SPILL_MAX_BYTES must not be negative and TOOLSVC_SPILL_RETENTION must be positive")
+	}
+	if c.OutputHeadPercent < 1 || c.OutputHeadPercent > 100 {
+		errs = append(errs, "TOOLSVC_OUTPUT_HEAD_PERCENT must be between 1 and 100")
 	}
 	if c.Retention <= 0 || c.ApprovalTTL <= 0 {
 		errs = append(errs, "TOOLSVC_RETENTION and TOOLSVC_APPROVAL_TTL must be positive")
@@ -157,12 +288,120 @@ func (c Config) validate() error {
 	if err := c.tracing(nil).Validate(); err != nil && !c.SDKDisabled {
 		errs = append(errs, err.Error())
 	}
+	if _, err := c.uiKey(); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if c.UISessionTTL <= 0 {
+		errs = append(errs, "TOOLSVC_UI_SESSION_TTL must be positive")
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Sprintf("TOOLSVC_PUBLIC_URL must be an absolute http or https URL, got %q", c.PublicURL))
+		}
+	}
 	if c.Auth != "" && c.Auth != "none" {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_AUTH must be empty or none, got %q", c.Auth))
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		errs = append(errs, "TOOLSVC_TLS_CERT_FILE and TOOLSVC_TLS_KEY_FILE are set together")
+	}
+	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
+		errs = append(errs, "TOOLSVC_TLS_CLIENT_CA_FILE needs TOOLSVC_TLS_CERT_FILE and TOOLSVC_TLS_KEY_FILE")
+	}
+	if c.RateLimit < 0 || c.RateLimitBurst < 0 {
+		errs = append(errs, "TOOLSVC_RATE_LIMIT and TOOLSVC_RATE_LIMIT_BURST must not be negative")
+	}
+	if c.RateLimitFailure != "open" && c.RateLimitFailure != "closed" {
+		errs = append(errs, fmt.Sprintf("TOOLSVC_RATE_LIMIT_FAILURE must be open or closed, got %q", c.RateLimitFailure))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("configuration: %s", strings.Join(errs, "; "))
 	}
+	return nil
+}
+
+// uiKey decodes TOOLSVC_UI_SESSION_KEY (nil when unset).
+func (c Config) uiKey() ([]byte, error) {
+	if c.UISessionKey == "" {
+		return nil, nil
+	}
+	k, err := hex.DecodeString(c.UISessionKey)
+	if err != nil || len(k) != 32 {
+		return nil, fmt.Errorf("TOOLSVC_UI_SESSION_KEY must be 64 hex digits (32 bytes; e.g. openssl rand -hex 32)")
+	}
+	return k, nil
+}
+
+// publicURL is where people reach the service.
+func (c Config) publicURL() string {
+	if c.PublicURL != "" {
+		return strings.TrimRight(c.PublicURL, "/")
+	}
+	return "http://" + c.Addr
+}
+
+// defaultRate is the service's default rate limit; nil is none.
+func (c Config) defaultRate() *policy.RateLimitSpec {
+	if c.RateLimit <= 0 {
+		return nil
+	}
+	return &policy.RateLimitSpec{PerSecond: c.RateLimit, Burst: c.RateLimitBurst}
+}
+
+// storeCommitMax is TOOLSVC_STORE_COMMIT_MAX for the store in use. Unset,
+// the embedded store commits each write alone: measured through the
+// service (BENCHMARKS.md), grouping there raised p99 tenfold for no gain in
+// rate, while on PostgreSQL it nearly doubled the rate and halved p99.
+func (c Config) storeCommitMax(postgres bool) int {
+	switch {
+	case c.StoreCommitMax > 0:
+		return c.StoreCommitMax
+	case postgres:
+		return 128
+	}
+	return 1
+}
+
+// maxConcurrency is TOOLSVC_MAX_CONCURRENCY, derived from the CPU count
+// when unset.
+func (c Config) maxConcurrency() int {
+	if c.MaxConcurrency > 0 {
+		return c.MaxConcurrency
+	}
+	return 64 * runtime.NumCPU()
+}
+
+// processConcurrency is TOOLSVC_PROCESS_TOOL_CONCURRENCY, derived from the
+// CPU count when unset: starting a sandboxed process costs CPU, so more
+// at once than a few per CPU only queues them in the kernel.
+func (c Config) processConcurrency() int {
+	if c.ProcessConcurrency > 0 {
+		return c.ProcessConcurrency
+	}
+	return 4 * runtime.NumCPU()
+}
+
+// ByteSize is a number of bytes written as 512MiB, 1GiB, 64KB or 1048576.
+type ByteSize uint64
+
+// UnmarshalText parses a byte size.
+func (b *ByteSize) UnmarshalText(t []byte) error {
+	s := strings.TrimSpace(string(t))
+	mult := uint64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   uint64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"B", 1}} {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n > math.MaxUint64/mult {
+		return fmt.Errorf("%q is not a byte size (e.g. 512MiB, 1GiB, 1048576)", string(t))
+	}
+	*b = ByteSize(n * mult)
 	return nil
 }
 

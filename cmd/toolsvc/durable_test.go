@@ -76,7 +76,7 @@ func TestConcurrentRepeatsRunOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if got := readFile(t, filepath.Join(ws, "log.txt")); got != "x\n" {
+	if got := readFile(t, filepath.Join(ws, "callers/anonymous/default", "log.txt")); got != "x\n" {
 		t.Fatalf("20 repeats appended %q, want one line", got)
 	}
 	for i, r := range results {
@@ -143,7 +143,7 @@ func TestRestartRunsNothingTwice(t *testing.T) {
 	if status != 200 || r3.code() != "E_INTERRUPTED" {
 		t.Errorf("retry of the interrupted call: %d %+v", status, r3)
 	}
-	if got := readFile(t, filepath.Join(ws, "log.txt")); got != "once\n" {
+	if got := readFile(t, filepath.Join(ws, "callers/anonymous/default", "log.txt")); got != "once\n" {
 		t.Errorf("log.txt = %q, want one line: nothing ran twice", got)
 	}
 }
@@ -192,7 +192,7 @@ func TestApprovalFlow(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if got := readFile(t, filepath.Join(ws, "count.txt")); got != "ran\n" {
+	if got := readFile(t, filepath.Join(ws, "callers/anonymous/default", "count.txt")); got != "ran\n" {
 		t.Errorf("count.txt = %q: the approved call ran %d times", got, strings.Count(got, "ran"))
 	}
 	if status, r := in.do("GET", "/calls/ask-1?wait=1s", ""); status != 200 || r.Status != "ok" {
@@ -201,7 +201,7 @@ func TestApprovalFlow(t *testing.T) {
 	if status, r := in.do("POST", "/calls", call); status != 200 || r.Status != "ok" {
 		t.Errorf("repeat after approval: %d %+v", status, r)
 	}
-	if got := readFile(t, filepath.Join(ws, "count.txt")); got != "ran\n" {
+	if got := readFile(t, filepath.Join(ws, "callers/anonymous/default", "count.txt")); got != "ran\n" {
 		t.Errorf("a repeat ran the call again: %q", got)
 	}
 
@@ -222,7 +222,7 @@ func TestApprovalFlow(t *testing.T) {
 	if status, r := in.do("POST", "/approvals/"+p3.Approval.ID, `{"decision":"approve"}`); r.code() != "E_APPROVAL_EXPIRED" {
 		t.Errorf("approve after expiry: %d %+v", status, r)
 	}
-	if got := readFile(t, filepath.Join(ws, "count.txt")); got != "ran\n" {
+	if got := readFile(t, filepath.Join(ws, "callers/anonymous/default", "count.txt")); got != "ran\n" {
 		t.Errorf("denied or expired calls ran: %q", got)
 	}
 	for _, bad := range []string{`{"decision":"maybe"}`, `{"verdict":"approve"}`, `nope`} {
@@ -281,7 +281,7 @@ func TestReplicasShareState(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if got := readFile(t, filepath.Join(ws, "count.txt")); got != "ran\n" {
+	if got := readFile(t, filepath.Join(ws, "callers/anonymous/default", "count.txt")); got != "ran\n" {
 		t.Errorf("count.txt = %q: the approved call ran %d times across replicas", got, strings.Count(got, "ran"))
 	}
 	call := `{"toolCallId":"w-1","toolName":"fs__write","arguments":{"path":"w.txt","content":"w\n","mode":"append"}}`
@@ -290,7 +290,7 @@ func TestReplicasShareState(t *testing.T) {
 	if status != 200 || r2.Status != "ok" || r2.DurationMs != r1.DurationMs || string(r2.Output) != string(r1.Output) {
 		t.Errorf("repeat on the other replica: %d %+v, want %+v", status, r2, r1)
 	}
-	if got := readFile(t, filepath.Join(ws, "w.txt")); got != "w\n" {
+	if got := readFile(t, filepath.Join(ws, "callers/anonymous/default", "w.txt")); got != "w\n" {
 		t.Errorf("w.txt = %q", got)
 	}
 	if status, r := b2.do("GET", "/calls/shared-1", ""); status != 200 || r.Status != "ok" {

@@ -29,9 +29,13 @@ func TestBatchAndPlanWiring(t *testing.T) {
 		{"tool":"text__transform","arguments":{"operation":"upper","text":"a"}},
 		{"tool":"fs__write","arguments":{"path":"p.txt","content":"x"}},
 		{"tool":"fs__read","arguments":{"path":"p.txt"}}]}}`)
-	steps, _ := res["output"].([]any)
+	output, _ := res["output"].(map[string]any)
+	steps, _ := output["steps"].([]any)
 	if status != 200 || res["status"] != "ok" || len(steps) != 3 {
 		t.Fatalf("plan: %d %v", status, res)
+	}
+	if output["ok"] != float64(3) || output["failed"] != float64(0) {
+		t.Errorf("plan counts: %v", output)
 	}
 	for i, s := range steps {
 		if step := s.(map[string]any); step["status"] != "ok" || step["step"] != float64(i+1) {
@@ -66,7 +70,7 @@ func TestBatchParallelismIsValidated(t *testing.T) {
 		}
 	}
 	var out strings.Builder
-	if err := run(context.Background(), []string{"toolsvc", "validate"}, []string{ws, "TOOLSVC_PLAN_TOOL=true"}, &out, io.Discard); err != nil || out.String() != "configuration OK: 14 tools\n" {
+	if err := run(context.Background(), []string{"toolsvc", "validate"}, []string{ws, "TOOLSVC_PLAN_TOOL=true"}, &out, io.Discard); err != nil || out.String() != "configuration OK: 15 tools\n" {
 		t.Errorf("validate with the plan tool: %v %q", err, out.String())
 	}
 }

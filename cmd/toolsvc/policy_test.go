@@ -90,7 +90,7 @@ func TestPolicyAndCallers(t *testing.T) {
 	if status, r := in.as("oncall-token", "POST", "/approvals/"+p.Approval.ID, `{"decision":"approve","reason":"fine"}`); status != 200 || r.Status != "ok" {
 		t.Errorf("oncall approving: %d %+v", status, r)
 	}
-	if _, err := os.Stat(filepath.Join(ws, "hi.txt")); err != nil {
+	if _, err := os.Stat(filepath.Join(ws, "callers/agent/default", "hi.txt")); err != nil {
 		t.Errorf("approved call did not run: %v", err)
 	}
 	// The agent reads its own outcome; another caller's id space is separate.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -16,8 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolsvc/toolsvc/internal/config"
-	"github.com/toolsvc/toolsvc/internal/policy"
+	toolhttp "github.com/toolsvc/toolsvc/internal/http"
+	"github.com/toolsvc/toolsvc/internal/notify"
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/sandbox"
 	"github.com/toolsvc/toolsvc/internal/tools/custom"
 	"github.com/toolsvc/toolsvc/internal/tools/mcpbridge"
 	"github.com/toolsvc/toolsvc/internal/tools/workspace"
@@ -41,8 +45,12 @@ func buildCustom(a *app, cfg Config, log *slog.Logger, resources []*config.Resou
 		switch r.Kind {
 		case config.KindTool:
 			tools, err := custom.Tools(r, custom.Options{
-				Workspace: ws, Sandbox: a.sandbox, LookupEnv: cfg.lookupEnv, UserAgent: "toolsvc/" + version, Logger: log,
+				Workspace: ws, Sandbox: a.sandbox, ProcessConcurrency: cfg.processConcurrency(), LookupEnv: cfg.lookupEnv, UserAgent: "toolsvc/" + version, Logger: log,
 			})
+			if errors.Is(err, sandbox.ErrUnavailable) {
+				log.Warn("exec tool not served", "resource", r.Metadata.Name, "source", r.Source(), "reason", err.Error())
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -120,8 +128,11 @@ type reloader struct {
 	log     *slog.Logger
 	exec    *registry.Executor
 	callers *liveAuth // nil when the service runs without credentials
+	tls     *tlsFiles // nil without TLS
 	mcp     *mcpbridge.Manager
 	reloads *prometheus.CounterVec
+	// notifier takes the reloaded Notifier resources; nil takes none.
+	notifier *notify.Dispatcher
 
 	mu  sync.Mutex
 	cur *app
@@ -144,6 +155,10 @@ func newReloader(cfg Config, log *slog.Logger, exec *registry.Executor, callers 
 func (r *reloader) Reload() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.tls != nil {
+		// The certificate is reloaded whatever becomes of the resources.
+		_ = r.tls.reload()
+	}
 	a, err := build(r.cfg, r.log, r.mcp)
 	if err == nil && (a.auth == nil) != (r.callers == nil) {
 		// The server decided at start whether requests are authenticated.
@@ -152,6 +167,9 @@ func (r *reloader) Reload() error {
 	if err != nil {
 		// Close what the failed build connected; keep what runs.
 		r.mcp.Retain(r.cur.mcp)
+		if a != nil {
+			a.workers.Close()
+		}
 		r.reloads.WithLabelValues("error").Inc()
 		r.log.Error("configuration reload failed; the running configuration stays", "error", err)
 		return err
@@ -159,11 +177,18 @@ func (r *reloader) Reload() error {
 	if a.plan != nil {
 		a.plan.Bind(r.exec)
 	}
+	if a.result != nil {
+		a.result.Bind(r.exec)
+	}
 	r.exec.Load(a.registry, a.policy)
 	if r.callers != nil {
-		r.callers.p.Store(a.auth)
+		r.callers.swap(a)
 	}
 	r.mcp.Retain(a.mcp)
+	r.cur.workers.Close() // its calls in flight finish; their workers then exit
+	if r.notifier != nil {
+		r.notifier.Load(a.notifiers)
+	}
 	r.cur = a
 	r.reloads.WithLabelValues("ok").Inc()
 	r.log.Info("configuration reloaded", "tools", a.registry.Len(), "mcpServers", a.mcpServers)
@@ -185,22 +210,34 @@ func (r *reloader) refresh() {
 	r.log.Info("MCP tools changed; catalog rebuilt", "tools", reg.Len())
 }
 
-// liveAuth is the authenticator of a serving process; a reload swaps in
-// the callers it read.
+// liveAuth is the identity of a serving process; a reload swaps in the
+// callers and issuers it read (keeping the issuers' cached keys).
 type liveAuth struct {
-	p atomic.Pointer[policy.Authenticator]
+	p   atomic.Pointer[toolhttp.TokenIdentity]
+	log *slog.Logger
 }
 
-func newLiveAuth(a *policy.Authenticator) *liveAuth {
-	l := &liveAuth{}
-	l.p.Store(a)
+func newLiveAuth(a *app, log *slog.Logger) *liveAuth {
+	l := &liveAuth{log: log}
+	l.p.Store(newIdentity(a, log, nil))
 	return l
 }
 
-// Authenticate implements the HTTP adapter's Authenticator.
-func (l *liveAuth) Authenticate(token string) (*registry.Caller, bool) {
-	return l.p.Load().Authenticate(token)
+// swap installs the identity of a reloaded configuration.
+func (l *liveAuth) swap(a *app) { l.p.Store(newIdentity(a, l.log, l.p.Load())) }
+
+// Token implements toolhttp.Identity.
+func (l *liveAuth) Token(ctx context.Context, token string) (*registry.Caller, error) {
+	return l.p.Load().Token(ctx, token)
 }
+
+// Certificate implements toolhttp.Identity.
+func (l *liveAuth) Certificate(cert *x509.Certificate) (*registry.Caller, bool) {
+	return l.p.Load().Certificate(cert)
+}
+
+// Challenge implements toolhttp.Identity.
+func (l *liveAuth) Challenge() string { return l.p.Load().Challenge() }
 
 // start runs the reloader in the background; the function it returns
 // stops it and waits until no reload runs any more.

@@ -149,7 +149,7 @@ func TestReload(t *testing.T) {
 	inflight := make(chan *registry.Result, 1)
 	go func() { inflight <- execCall(t, exec, "demo__wait") }()
 	for i := 0; ; i++ {
-		if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
+		if _, err := os.Stat(filepath.Join(ws, "callers/anonymous/default", "started")); err == nil {
 			break
 		}
 		if i > 1500 {
@@ -193,7 +193,7 @@ func TestReload(t *testing.T) {
 		t.Errorf("removed export: %+v", res.Error)
 	}
 	// The call that started before the reloads finishes on its definition.
-	if err := os.WriteFile(filepath.Join(ws, "go"), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(ws, "callers/anonymous/default", "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if res := <-inflight; res.Status != registry.StatusOK || string(res.Output) != `"waited"` {
@@ -372,7 +372,7 @@ func TestValidateCustomResources(t *testing.T) {
 	c.write("mcp.yaml", mcpServerDoc("local"), 0o644)
 	var out strings.Builder
 	env := []string{"TOOLSVC_CONFIG=" + c.dir, "TOOLSVC_WORKSPACE=" + t.TempDir()}
-	if err := run(context.Background(), []string{"toolsvc", "validate"}, env, &out, io.Discard); err != nil || out.String() != "configuration OK: 15 tools and 1 MCP servers (not contacted)\n" {
+	if err := run(context.Background(), []string{"toolsvc", "validate"}, env, &out, io.Discard); err != nil || out.String() != "configuration OK: 16 tools and 1 MCP servers (not contacted)\n" {
 		t.Errorf("validate: %v %q", err, out.String())
 	}
 	c.write("clash.yaml", mcpServerDoc("demo"), 0o644)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,12 +10,16 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolsvc/toolsvc/api"
 	"github.com/toolsvc/toolsvc/internal/config"
 	toolhttp "github.com/toolsvc/toolsvc/internal/http"
+	"github.com/toolsvc/toolsvc/internal/notify"
 	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/sandbox"
@@ -30,28 +33,30 @@ import (
 	"github.com/toolsvc/toolsvc/internal/tools/jsonq"
 	"github.com/toolsvc/toolsvc/internal/tools/mcpbridge"
 	"github.com/toolsvc/toolsvc/internal/tools/plan"
+	resulttool "github.com/toolsvc/toolsvc/internal/tools/result"
 	"github.com/toolsvc/toolsvc/internal/tools/shell"
 	"github.com/toolsvc/toolsvc/internal/tools/text"
+	"github.com/toolsvc/toolsvc/internal/tools/worker"
 	"github.com/toolsvc/toolsvc/internal/tools/workspace"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-const usage = `usage: toolsvc [serve|validate|version|health]
-
-  serve     serve the HTTP API (default)
-  validate  check the configuration and exit
-  version   print the version
-  health    GET /healthz of the instance at TOOLSVC_ADDR (for container health checks)
-
-Settings come from TOOLSVC_* environment variables; see the README.`
-
 // run is the whole program; main only calls it.
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	if len(args) > 1 && args[1] == sandbox.ChildCommand {
 		// The sandboxed child: confine this process, then exec the program.
-		return sandbox.RunChild(args[2:])
+		return sandbox.RunChild(args[2:], sandbox.Entries{shell.InterpreterEntry: shell.RunInterpreter})
+	}
+	if len(args) > 1 && args[1] == worker.Command {
+		// A tool worker: the confined tools, one call at a time, under
+		// the memory ceiling, over stdin and stdout.
+		cfg, err := loadConfig(environ)
+		if err != nil {
+			return err
+		}
+		return worker.Serve(args[2:], confinedTools(cfg), os.Stdin, stdout)
 	}
 	cmd := "serve"
 	if len(args) > 1 {
@@ -59,11 +64,23 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	}
 	switch cmd {
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, "toolsvc", version)
+		fmt.Fprintln(stdout, buildInfo())
 		return nil
-	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, usage)
+	case "help", "-h", "-help", "--help":
+		printHelp(stdout)
 		return nil
+	case "serve", "validate", "health":
+	default:
+		if strings.HasPrefix(cmd, "-") {
+			return usageError("unknown flag %s: toolsvc takes no flags; settings are TOOLSVC_* environment variables (toolsvc help lists them)", cmd)
+		}
+		return usageError("unknown command %q", cmd)
+	}
+	if len(args) > 2 {
+		if strings.HasPrefix(args[2], "-") {
+			return usageError("unknown flag %s: toolsvc %s takes no flags; settings are TOOLSVC_* environment variables (toolsvc help lists them)", args[2], cmd)
+		}
+		return usageError("toolsvc %s takes no arguments, got %q", cmd, strings.Join(args[2:], " "))
 	}
 	cfg, err := loadConfig(environ)
 	if err != nil {
@@ -80,9 +97,18 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, "configuration OK: %d tools%s\n", a.registry.Len(), a.mcpNote())
 		return nil
 	case "health":
-		return health(ctx, cfg.Addr, stdout)
+		return health(ctx, cfg, stdout)
 	}
-	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+	return usageError("unknown command %q", cmd)
+}
+
+// disabledTools names the built-in tools cfg leaves off, with the setting
+// that turns each on.
+func disabledTools(cfg Config) map[string]string {
+	if cfg.PlanTool {
+		return nil
+	}
+	return map[string]string{plan.Name: "TOOLSVC_PLAN_TOOL=true serves it"}
 }
 
 func newLogger(cfg Config, w io.Writer) *slog.Logger {
@@ -90,12 +116,25 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 	return telemetry.NewLogger(w, telemetry.LogOptions{Level: level, Format: cfg.LogFormat})
 }
 
+// logWriter returns where the service's log goes: stderr, through a
+// buffer flushed every TOOLSVC_LOG_FLUSH_INTERVAL unless that is 0; flush
+// writes out what the buffer holds now, close also stops the buffering.
+func logWriter(cfg Config, stderr io.Writer) (w io.Writer, flush, close func()) {
+	if cfg.LogFlushInterval <= 0 {
+		return stderr, func() {}, func() {}
+	}
+	b := telemetry.NewBufferedWriter(stderr, cfg.LogFlushInterval)
+	return b, func() { _ = b.Flush() }, func() { _ = b.Close() }
+}
+
 // app is everything built from the configuration.
 type app struct {
 	registry *registry.Registry
 	policy   registry.Policy
 	// auth is nil when no credentials are configured.
-	auth    *policy.Authenticator
+	auth *policy.Authenticator
+	// issuers are the Issuer resources (JWT callers).
+	issuers []*policy.Issuer
 	sandbox *sandbox.Sandbox
 	// static are the built-in and custom tools as built, never given to
 	// registry.New (which changes what it gets), so the registry can be
@@ -108,6 +147,12 @@ type app struct {
 	mcpServers int
 	// plan binds plan__execute to the executor; nil without the plan tool.
 	plan *plan.Binder
+	// workers run the confined tools under the memory ceiling.
+	workers *worker.Pool
+	// notifiers are the Notifier resources.
+	notifiers []*notify.Target
+	// result binds result__read to the executor; nil when no output is kept.
+	result *resulttool.Binder
 }
 
 // build loads resources and built-in tools into a registry, policy and
@@ -123,6 +168,8 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 	}
 	var policies []policy.Document
 	var callers []policy.CallerDocument
+	var notifiers []*notify.Target
+	var issuers []policy.IssuerDocument
 	for _, r := range resources {
 		switch r.Kind {
 		case config.KindPolicy:
@@ -137,6 +184,22 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 				return nil, err
 			}
 			callers = append(callers, policy.CallerDocument{Name: r.Metadata.Name, Source: r.Source(), Spec: spec})
+		case config.KindNotifier:
+			var spec notify.Spec
+			if err := r.Decode(&spec); err != nil {
+				return nil, err
+			}
+			t, err := notify.Decode(r.Metadata.Name, spec, cfg.lookupEnv)
+			if err != nil {
+				return nil, r.Errorf("%v", err)
+			}
+			notifiers = append(notifiers, t)
+		case config.KindIssuer:
+			var spec policy.IssuerSpec
+			if err := r.Decode(&spec); err != nil {
+				return nil, err
+			}
+			issuers = append(issuers, policy.IssuerDocument{Name: r.Metadata.Name, Source: r.Source(), Dir: filepath.Dir(r.File), Spec: spec})
 		case config.KindTool, config.KindMCPServer:
 			// Read by buildCustom.
 		default:
@@ -147,9 +210,12 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &app{policy: pol}
-	if cfg.APIKey != "" || len(callers) > 0 {
-		if a.auth, err = policy.NewAuthenticator(policy.AuthOptions{APIKey: cfg.APIKey, Callers: callers}); err != nil {
+	a := &app{policy: pol, notifiers: notifiers}
+	if a.issuers, err = policy.NewIssuers(issuers, cfg.defaultRate()); err != nil {
+		return nil, err
+	}
+	if cfg.APIKey != "" || len(callers) > 0 || len(a.issuers) > 0 {
+		if a.auth, err = policy.NewAuthenticator(policy.AuthOptions{APIKey: cfg.APIKey, Callers: callers, DefaultRate: cfg.defaultRate()}); err != nil {
 			return nil, err
 		}
 	}
@@ -169,9 +235,10 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 	tools = append(tools, fs.Tools(fs.Options{
 		Workspace: ws, MaxReadBytes: cfg.FSMaxReadBytes, MaxWriteBytes: cfg.FSMaxWriteBytes, MaxSearchBytes: cfg.FSMaxSearchBytes,
 	})...)
-	tools = append(tools, data.Tools(data.Options{MaxInputBytes: cfg.DataMaxInputBytes, MaxRows: cfg.DataMaxRows})...)
-	tools = append(tools, text.Tools()...)
-	tools = append(tools, jsonq.Tools()...)
+	if a.workers, err = newWorkers(cfg, log); err != nil {
+		return nil, err
+	}
+	tools = append(tools, a.workers.Confine(confinedTools(cfg))...)
 	tools = append(tools, httpfetch.Tools(hopts)...)
 	sb, shellTools, err := buildShell(cfg, ws, log)
 	if err != nil {
@@ -182,6 +249,11 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 		var planTools []*registry.Tool
 		planTools, a.plan = plan.Tools(plan.Options{Batch: batchOptions(cfg), Timeout: cfg.MaxTimeout})
 		tools = append(tools, planTools...)
+	}
+	if cfg.SpillMaxBytes > 0 {
+		var resultTools []*registry.Tool
+		resultTools, a.result = resulttool.Tools(resulttool.Options{})
+		tools = append(tools, resultTools...)
 	}
 	a.sandbox = sb
 	a.defaults = registry.Defaults{
@@ -200,6 +272,34 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 	return a, nil
 }
 
+// confinedTools are the built-in tools whose memory a model drives (a jq
+// program, a transform's output, a parsed document): they run in worker
+// processes under TOOLSVC_TOOL_MEMORY_LIMIT. The worker builds them with
+// the same settings from the same environment.
+func confinedTools(cfg Config) []*registry.Tool {
+	var tools []*registry.Tool
+	tools = append(tools, data.Tools(data.Options{MaxInputBytes: cfg.DataMaxInputBytes, MaxRows: cfg.DataMaxRows})...)
+	tools = append(tools, text.Tools()...)
+	return append(tools, jsonq.Tools()...)
+}
+
+// newWorkers makes the pool of tool workers: this binary, re-executed.
+func newWorkers(cfg Config, log *slog.Logger) (*worker.Pool, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("tool workers: locating the toolsvc binary: %w", err)
+	}
+	// The worker reads the tools' settings like the service does, and the
+	// Go runtime's own; nothing else (no credentials) goes in.
+	var env []string
+	for k, v := range cfg.environ {
+		if strings.HasPrefix(k, "TOOLSVC_DATA_") || k == "GODEBUG" || k == "GOMAXPROCS" || k == "GOGC" {
+			env = append(env, k+"="+v)
+		}
+	}
+	return worker.New(worker.Options{Exe: self, MemoryLimit: int64(cfg.ToolMemoryLimit), Size: cfg.ToolWorkers, Env: env, Logger: log})
+}
+
 // buildShell makes the sandbox and shell__exec.
 func buildShell(cfg Config, ws *workspace.Workspace, log *slog.Logger) (*sandbox.Sandbox, []*registry.Tool, error) {
 	mode, err := sandbox.ParseMode(cfg.ShellSandbox)
@@ -210,7 +310,15 @@ func buildShell(cfg Config, ws *workspace.Workspace, log *slog.Logger) (*sandbox
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox: locating the toolsvc binary: %w", err)
 	}
+	launcher := cfg.SandboxLauncher
+	if launcher == "" {
+		if p := filepath.Join(filepath.Dir(self), "toolsvc-sandbox"); isExecutable(p) {
+			launcher = p
+		}
+	}
 	sb, err := sandbox.New(sandbox.Options{
+		Launcher:     launcher,
+		Probe:        cfg.probe,
 		Mode:         mode,
 		SelfExe:      self,
 		ReadOnlyDirs: cfg.ShellReadOnlyDirs,
@@ -223,14 +331,29 @@ func buildShell(cfg Config, ws *workspace.Workspace, log *slog.Logger) (*sandbox
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := sb.Usable(); err != nil {
+		log.Warn("shell__exec and exec tools are not served", "reason", err.Error(), "optIn", "TOOLSVC_SHELL_SANDBOX=best-effort")
+		return sb, nil, nil
+	}
 	tools, err := shell.Tools(shell.Options{
 		Workspace: ws, Sandbox: sb, Allow: cfg.ShellAllow, EnvAllow: cfg.ShellEnvAllow,
-		MaxOutputBytes: cfg.ShellMaxOutputBytes, MaxProcesses: cfg.ShellMaxProcesses, Timeout: cfg.ShellTimeout, Logger: log,
+		MaxOutputBytes: cfg.ShellMaxOutputBytes, MaxProcesses: cfg.ShellMaxProcesses, Timeout: cfg.ShellTimeout,
+		MemoryLimit: uint64(cfg.ToolMemoryLimit), Logger: log,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
+	for _, t := range tools {
+		if t.MaxConcurrency == 0 {
+			t.MaxConcurrency = cfg.processConcurrency()
+		}
+	}
 	return sb, tools, nil
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
 // batchOptions are the batch settings of POST /calls/batch and plan__execute.
@@ -239,7 +362,11 @@ func batchOptions(cfg Config) registry.BatchOptions {
 }
 
 func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
-	log := newLogger(cfg, stderr)
+	logOut, flushLog, closeLog := logWriter(cfg, stderr)
+	// Deferred first, so it runs last: every line, "stopped" included, is
+	// written out before serve returns.
+	defer closeLog()
+	log := newLogger(cfg, logOut)
 	// SIGHUP reloads the configuration; listen before anything can send it.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -251,11 +378,21 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer a.workers.Close()
 	obs, err := newObservability(ctx, cfg, stdout, log)
 	if err != nil {
 		return err
 	}
 	defer obs.close(log)
+	// The store opens before the port listens: a service that cannot
+	// keep records does not accept calls.
+	st, err := openStoreRetrying(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	spills, _ := st.(registry.SpillStore)
+	st = store.WithDeadline(st, cfg.StoreTimeout)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
@@ -268,47 +405,75 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		log.Warn("serving without authentication on a non-loopback address (TOOLSVC_AUTH=none)", "addr", ln.Addr().String())
 	}
 
-	st, err := openStore(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	if n, err := st.InterruptRunning(ctx); err != nil {
 		return fmt.Errorf("store: %w", err)
 	} else if n > 0 {
 		log.Warn("calls left running by an earlier process are now E_INTERRUPTED", "calls", n)
 	}
+	notifier := notify.New(notify.Options{PublicURL: cfg.publicURL(), Logger: log, Registerer: obs.metrics})
+	defer notifier.Close()
+	notifier.Load(a.notifiers)
 	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBackground()
-	go store.RunRetention(background, st, store.RetentionOptions{Every: time.Minute, TTL: cfg.Retention, Logger: log})
+	go store.RunRetention(background, st, store.RetentionOptions{Every: time.Minute, TTL: cfg.Retention, Logger: log, Observer: notifier})
 	go countApprovals(background, st, obs.executor, 15*time.Second, log)
 
 	metrics := obs.metrics
+	spill, err := newSpiller(cfg, spills, log, metrics)
+	if err != nil {
+		return err
+	}
+	if cfg.SpillMaxBytes > 0 {
+		go spill.Sweep(background, time.Minute)
+	}
 	exec := registry.NewExecutor(registry.Options{
-		Registry:       a.registry,
-		Policy:         a.policy,
-		Logger:         log,
-		Metrics:        obs.executor,
-		Tracer:         obs.tracers.Tracer("github.com/toolsvc/toolsvc"),
-		TraceContent:   cfg.TraceContent,
-		MaxTimeout:     cfg.MaxTimeout,
-		MaxConcurrency: cfg.MaxConcurrency,
-		Store:          st,
-		ApprovalTTL:    cfg.ApprovalTTL,
+		Registry:          a.registry,
+		Policy:            a.policy,
+		Logger:            log,
+		Metrics:           obs.executor,
+		Tracer:            obs.tracers.Tracer("github.com/toolsvc/toolsvc"),
+		TraceContent:      cfg.TraceContent,
+		MaxTimeout:        cfg.MaxTimeout,
+		MaxConcurrency:    cfg.maxConcurrency(),
+		Store:             st,
+		ApprovalTTL:       cfg.ApprovalTTL,
+		MaxArgumentsDepth: cfg.MaxJSONDepth,
+		WaitTimeout:       cfg.StoreWaitTimeout,
+		RecordBacklog:     cfg.StoreBacklog,
+		Observer:          notifier,
+		Spill:             spill,
+		Disabled:          disabledTools(cfg),
 	})
+	go exec.RetryRecords(background, 5*time.Second)
 	if a.plan != nil {
 		a.plan.Bind(exec)
 	}
-	var auth toolhttp.Authenticator
+	if a.result != nil {
+		a.result.Bind(exec)
+	}
+	var identity toolhttp.Identity
 	var callers *liveAuth // replaced by reloads
 	if a.auth != nil {
-		callers = newLiveAuth(a.auth)
-		auth = callers
-		log.Info("authentication on", "credentials", a.auth.Len())
+		callers = newLiveAuth(a, log)
+		identity = callers
+		log.Info("authentication on", "callers", a.auth.Len(), "issuers", len(a.issuers))
+	}
+	limiter, closeLimiter, err := newRateLimiter(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeLimiter()
+	tlsFiles, err := newTLSFiles(cfg, log)
+	if err != nil {
+		return err
 	}
 	reloads := newReloader(cfg, log, exec, callers, mcp, metrics, a)
+	reloads.notifier = notifier
+	uiKey, _ := cfg.uiKey() // checked by loadConfig
+	reloads.tls = tlsFiles
 	srv := toolhttp.NewServer(toolhttp.Deps{
-		Auth:           auth,
+		Identity:       identity,
+		RateLimiter:    limiter,
 		Executor:       exec,
 		Logger:         log,
 		Gatherer:       metrics,
@@ -319,6 +484,9 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		ReadyDetails:   map[string]any{"sandbox": a.sandbox.Status(), "mcp": mcp.Readiness()},
 		Ready:          map[string]toolhttp.Check{"store": st.Ping},
 		Batch:          batchOptions(cfg),
+		Console: toolhttp.Console{Disabled: !cfg.UI, Key: uiKey, SessionTTL: cfg.UISessionTTL,
+			SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://")},
+		Version: version,
 	})
 	defer reloads.start(ctx, hup, mcpChanged)()
 
@@ -336,8 +504,15 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	log.Info("toolsvc listening", "addr", ln.Addr().String(), "version", version, "tools", a.registry.Len())
+	if tlsFiles != nil {
+		hs.TLSConfig = tlsFiles.config()
+		go tlsFiles.watch(background)
+		go func() { served <- hs.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { served <- hs.Serve(ln) }()
+	}
+	log.Info("toolsvc listening", "addr", ln.Addr().String(), "version", version, "tools", a.registry.Len(), "tls", tlsFiles != nil)
+	flushLog() // whoever waits for this line (the port it names) gets it now
 
 	select {
 	case err := <-served:
@@ -351,7 +526,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	cancel()
 	if !idle {
 		log.Warn("calls still running at the shutdown timeout; cancelling them")
-		cancelCalls(errors.New("the service is shutting down"))
+		cancelCalls(registry.ErrShutdown)
 		wait, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		srv.WaitIdle(wait)
 		cancel()
@@ -365,11 +540,47 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// attempts says how many attempts were made, in words.
+func attempts(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return fmt.Sprintf("%d attempts", n)
+}
+
+// openStoreRetrying opens the store before the service listens, retrying
+// with backoff (each failure logged) until TOOLSVC_STORE_START_TIMEOUT.
+func openStoreRetrying(ctx context.Context, cfg Config, log *slog.Logger) (registry.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.StoreStartTimeout)
+	defer cancel()
+	delay := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		// Migrations may take longer than one operation.
+		actx, acancel := context.WithTimeout(ctx, max(cfg.StoreTimeout, 10*time.Second))
+		st, err := openStore(actx, cfg, log)
+		acancel()
+		if err == nil {
+			return st, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("store: not open after %s (TOOLSVC_STORE_START_TIMEOUT), %s: %w", cfg.StoreStartTimeout, attempts(attempt), err)
+		}
+		log.Warn("store: opening failed; retrying", "attempt", attempt, "retryIn", delay.String(), "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("store: not open after %s (TOOLSVC_STORE_START_TIMEOUT), %s: %w", cfg.StoreStartTimeout, attempts(attempt), err)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
 // openStore opens PostgreSQL when TOOLSVC_STORE_URL is set, else the
 // embedded store under TOOLSVC_DATA_DIR.
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (registry.Store, error) {
 	if cfg.StoreURL != "" {
-		s, err := postgres.Open(ctx, postgres.Options{URL: cfg.StoreURL, Schema: cfg.StoreSchema, InstanceID: cfg.InstanceID, Logger: log})
+		s, err := postgres.Open(ctx, postgres.Options{URL: cfg.StoreURL, Schema: cfg.StoreSchema, InstanceID: cfg.InstanceID, Logger: log,
+			CommitWindow: cfg.StoreCommitWindow, CommitMaxOps: cfg.storeCommitMax(true)})
 		if err != nil {
 			return nil, err
 		}
@@ -377,12 +588,25 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (registry.Stor
 		return s, nil
 	}
 	path := filepath.Join(cfg.DataDir, "toolsvc.db")
-	s, err := sqlite.Open(ctx, path, sqlite.Options{Logger: log})
+	s, err := sqlite.Open(ctx, path, sqlite.Options{Logger: log, SyncNormal: cfg.StoreSync == "normal", CommitWindow: cfg.StoreCommitWindow, CommitMaxOps: cfg.storeCommitMax(false)})
 	if err != nil {
 		return nil, err
 	}
-	log.Info("store: embedded", "path", path)
+	log.Info("store: embedded", "path", path, "sync", cfg.StoreSync, "commitWindow", cfg.StoreCommitWindow.String())
 	return s, nil
+}
+
+// newSpiller keeps cut outputs in ss (the store's spill tables), each
+// operation under TOOLSVC_STORE_TIMEOUT; nil ss keeps none.
+func newSpiller(cfg Config, ss registry.SpillStore, log *slog.Logger, reg prometheus.Registerer) (*registry.Spiller, error) {
+	o := registry.SpillOptions{MaxBytes: cfg.SpillMaxBytes, Retention: cfg.SpillRetention, HeadPercent: cfg.OutputHeadPercent, Logger: log}
+	if cfg.SpillMaxBytes > 0 {
+		if ss == nil {
+			return nil, fmt.Errorf("the store cannot keep cut outputs; set TOOLSVC_SPILL_MAX_BYTES=0")
+		}
+		o.Store, o.Registerer = store.SpillsWithDeadline(ss, cfg.StoreTimeout), reg
+	}
+	return registry.NewSpiller(o), nil
 }
 
 // checkExposure refuses to serve a non-loopback address without
@@ -397,31 +621,4 @@ func checkExposure(addr net.Addr, cfg Config, credentials bool) error {
 func isLoopback(addr net.Addr) bool {
 	tcp, ok := addr.(*net.TCPAddr)
 	return ok && tcp.IP.IsLoopback()
-}
-
-// health checks a running instance, for container health checks.
-func health(ctx context.Context, addr string, stdout io.Writer) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("TOOLSVC_ADDR: %w", err)
-	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/healthz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("health: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("health: %s", resp.Status)
-	}
-	fmt.Fprintln(stdout, "ok")
-	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/sandbox"
+	"github.com/toolsvc/toolsvc/internal/tools/worker"
 )
 
 // TestMain lets the test binary serve as the sandbox's re-executed child,
@@ -24,6 +25,13 @@ func TestMain(m *testing.M) {
 		err := run(context.Background(), os.Args, nil, os.Stdout, os.Stderr)
 		fmt.Fprintln(os.Stderr, "sandbox child:", err)
 		os.Exit(125)
+	}
+	if len(os.Args) > 1 && os.Args[1] == worker.Command {
+		if err := run(context.Background(), os.Args, os.Environ(), os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "tool worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	if len(os.Args) > 1 && os.Args[1] == "mcp-stdio-server" {
 		os.Exit(mcpStdioServer())
@@ -71,7 +79,7 @@ type instance struct {
 func start(t *testing.T, extra ...string) *instance {
 	t.Helper()
 	addr := freeAddr(t)
-	environ := append([]string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir()}, extra...)
+	environ := append([]string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_LOG_FLUSH_INTERVAL=0", "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir()}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{t: t, base: "http://" + addr, cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}}
 	go func() { in.done <- run(ctx, []string{"toolsvc"}, environ, io.Discard, in.logs) }()
@@ -129,7 +137,7 @@ func TestServeOnDefaults(t *testing.T) {
 	for _, t := range cat.Tools {
 		names = append(names, t.Name)
 	}
-	if strings.Join(names, ",") != "data__parse,fs__delete,fs__edit,fs__list,fs__read,fs__search,fs__stat,fs__write,http__get,http__post,json__query,shell__exec,text__transform" {
+	if strings.Join(names, ",") != "data__parse,fs__delete,fs__edit,fs__list,fs__read,fs__search,fs__stat,fs__write,http__get,http__post,json__query,result__read,shell__exec,text__transform" {
 		t.Errorf("catalog: %+v", cat.Tools)
 	}
 	status, res := in.post("/calls", `{"toolName":"text__transform","arguments":{"operation":"count","text":"a b\nc"}}`)
@@ -213,7 +221,7 @@ func TestSubcommands(t *testing.T) {
 	}
 	out.Reset()
 	ws := "TOOLSVC_WORKSPACE=" + t.TempDir()
-	if err := run(context.Background(), []string{"toolsvc", "validate"}, []string{ws}, &out, io.Discard); err != nil || out.String() != "configuration OK: 13 tools\n" {
+	if err := run(context.Background(), []string{"toolsvc", "validate"}, []string{ws}, &out, io.Discard); err != nil || out.String() != "configuration OK: 14 tools\n" {
 		t.Errorf("validate: %v %q", err, out.String())
 	}
 	for _, bad := range [][]string{
@@ -264,5 +272,33 @@ func TestRefusesExposureWithoutCredentials(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "without authentication") {
 		t.Errorf("no warning logged:\n%s", logs)
+	}
+}
+
+// TestBufferedLogReachesOutputOnStop: with the log buffered (the default
+// flush interval of 100ms, and a long one), the audit line of a call made
+// just before the stop and the last line, "stopped", are written out
+// before run returns.
+func TestBufferedLogReachesOutputOnStop(t *testing.T) {
+	for _, interval := range []string{"100ms", "1h"} {
+		t.Run(interval, func(t *testing.T) {
+			in := start(t, "TOOLSVC_LOG_FLUSH_INTERVAL="+interval)
+			status, res := in.post("/calls", `{"toolName":"fs__stat","arguments":{"path":"."},"toolCallId":"call_before_stop"}`)
+			if status != 200 || res["status"] != "ok" {
+				t.Fatalf("call: %d %v", status, res)
+			}
+			in.cancel()
+			if err := <-in.done; err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			in.done <- nil // for the cleanup
+			logs := in.logs.String()
+			if !strings.Contains(logs, `"toolCallId":"call_before_stop"`) {
+				t.Errorf("the audit line of the last call is not in the log:\n%s", logs)
+			}
+			if lines := strings.Split(strings.TrimSpace(logs), "\n"); !strings.Contains(lines[len(lines)-1], `"msg":"stopped"`) {
+				t.Errorf("the last line is not \"stopped\":\n%s", logs)
+			}
+		})
 	}
 }

@@ -24,7 +24,7 @@ import (
 func startTraced(t *testing.T, extra ...string) (string, *syncBuffer, *syncBuffer) {
 	t.Helper()
 	addr := freeAddr(t)
-	environ := append([]string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir(), "OTEL_TRACES_EXPORTER=console"}, extra...)
+	environ := append([]string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_LOG_FLUSH_INTERVAL=0", "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir(), "OTEL_TRACES_EXPORTER=console"}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout, stderr := &syncBuffer{}, &syncBuffer{}
 	done := make(chan error, 1)

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestDurableUnderKill: toolsvc is killed with SIGKILL in the middle of
+// concurrent side-effecting calls (each appends its own line once) and
+// restarted on the same data. Every call answered 200 ok has its record,
+// with the answered result, and its line; a retry of every call sent
+// answers from its record (ok or E_INTERRUPTED) or, if its record never
+// committed, runs it then; and no line appears twice, so no call ran twice.
+func TestDurableUnderKill(t *testing.T) {
+	t.Run("SQLite", func(t *testing.T) {
+		data := t.TempDir()
+		checkDurableUnderKill(t, "TOOLSVC_DATA_DIR="+data)
+	})
+	t.Run("SQLiteGroupCommit", func(t *testing.T) {
+		data := t.TempDir()
+		checkDurableUnderKill(t, "TOOLSVC_DATA_DIR="+data, "TOOLSVC_STORE_COMMIT_MAX=128", "TOOLSVC_STORE_COMMIT_WINDOW=2ms")
+	})
+	t.Run("PostgreSQL", func(t *testing.T) {
+		pgURL := os.Getenv("TOOLSVC_TEST_POSTGRES_URL")
+		if pgURL == "" {
+			t.Skip("TOOLSVC_TEST_POSTGRES_URL is not set; the PostgreSQL durability check needs a real database")
+		}
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		// One instance id across the restart: the calls its first life
+		// left running are interrupted at start, not a lease later.
+		checkDurableUnderKill(t, "TOOLSVC_STORE_URL="+pgURL, "TOOLSVC_STORE_SCHEMA=durable_"+hex.EncodeToString(b[:]),
+			"TOOLSVC_DATA_DIR="+t.TempDir(), "TOOLSVC_INSTANCE_ID=durable-test")
+	})
+}
+
+func checkDurableUnderKill(t *testing.T, env ...string) {
+	ws := t.TempDir()
+	env = append(env, "TOOLSVC_WORKSPACE="+ws, "TOOLSVC_STORE_WAIT_TIMEOUT=10s")
+	const workers = 12
+	p := startBinary(t, env...)
+	var (
+		mu    sync.Mutex
+		acked = map[string]answer{} // toolCallId → the 200 ok answer
+		sent  []string
+		wg    sync.WaitGroup
+		stop  = make(chan struct{})
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("w%d-%d", w, i)
+				mu.Lock()
+				sent = append(sent, id)
+				mu.Unlock()
+				a, err := p.trySend("POST", "/calls", durableCall(w, id))
+				if err != nil {
+					return // killed
+				}
+				if a.status == 200 && a.res.Status == "ok" && !a.pending {
+					mu.Lock()
+					acked[id] = a
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	// Kill once enough calls are acknowledged, with the others in flight.
+	for start := time.Now(); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if n >= 150 {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("only %d calls acknowledged in 20s:\n%s", n, p.log())
+		}
+	}
+	p.kill9()
+	close(stop)
+	wg.Wait()
+	t.Logf("%d calls sent, %d acknowledged before SIGKILL", len(sent), len(acked))
+
+	p = startBinary(t, env...)
+	lines := map[string]int{}
+	for w := range workers {
+		for l, n := range countLines(t, filepath.Join(ws, "callers/anonymous/default", fmt.Sprintf("dur-%d.txt", w))) {
+			lines[l] += n
+		}
+	}
+	for id, a := range acked {
+		g := p.send("GET", "/calls/"+id, "")
+		if g.status != 200 || g.res.Status != "ok" || string(g.res.Output) != string(a.res.Output) || g.res.DurationMs != a.res.DurationMs {
+			t.Errorf("record of acknowledged %s after the kill: %d %s; want the answered result %s", id, g.status, g.body, a.body)
+		}
+		if lines[id] != 1 {
+			t.Errorf("acknowledged %s appended its line %d times, want 1", id, lines[id])
+		}
+	}
+	// Retry every call sent, acknowledged or not.
+	sort.Strings(sent)
+	for _, id := range sent {
+		var w int
+		fmt.Sscanf(id, "w%d-", &w)
+		r := p.send("POST", "/calls", durableCall(w, id))
+		switch {
+		case r.status != 200:
+			t.Errorf("retry of %s: %d %s", id, r.status, r.body)
+		case acked[id].status == 200 && (r.res.Status != "ok" || r.res.DurationMs != acked[id].res.DurationMs):
+			t.Errorf("retry of acknowledged %s = %s; want the recorded result %s", id, r.body, acked[id].body)
+		case r.res.Status != "ok" && r.res.code() != "E_INTERRUPTED":
+			t.Errorf("retry of %s = %s; want ok or E_INTERRUPTED", id, r.body)
+		}
+	}
+	after := map[string]int{}
+	for w := range workers {
+		for l, n := range countLines(t, filepath.Join(ws, "callers/anonymous/default", fmt.Sprintf("dur-%d.txt", w))) {
+			after[l] += n
+		}
+	}
+	for l, n := range after {
+		if n > 1 {
+			t.Errorf("line %s appended %d times: a call ran twice", l, n)
+		}
+		if lines[l] > 0 && n != lines[l] {
+			t.Errorf("line %s: %d before the retries, %d after", l, lines[l], n)
+		}
+	}
+	for id := range acked {
+		if after[id] != 1 {
+			t.Errorf("acknowledged %s: its line appears %d times after the retries, want 1", id, after[id])
+		}
+	}
+}
+
+// durableCall appends id as a line to worker w's file.
+func durableCall(w int, id string) string {
+	return fmt.Sprintf(`{"toolCallId":%q,"toolName":"fs__write","arguments":{"path":"dur-%d.txt","content":"%s\n","mode":"append"}}`, id, w, id)
+}
+
+// The durability settings: the safe defaults, and a clear error naming the
+// setting for a value out of range.
+func TestStoreDurabilitySettings(t *testing.T) {
+	cfg, err := loadConfig([]string{"TOOLSVC_WORKSPACE=" + t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.StoreSync != "full" || cfg.StoreCommitWindow != 0 || cfg.storeCommitMax(false) != 1 || cfg.storeCommitMax(true) != 128 {
+		t.Errorf("defaults: sync %q, commit window %s, commit max %d (embedded) and %d (PostgreSQL); want full, 0, 1 and 128",
+			cfg.StoreSync, cfg.StoreCommitWindow, cfg.storeCommitMax(false), cfg.storeCommitMax(true))
+	}
+	for env, want := range map[string]string{
+		"TOOLSVC_STORE_SYNC=off":           `TOOLSVC_STORE_SYNC must be full or normal, got "off"`,
+		"TOOLSVC_STORE_COMMIT_WINDOW=2s":   "TOOLSVC_STORE_COMMIT_WINDOW must be between 0s and 1s, got 2s",
+		"TOOLSVC_STORE_COMMIT_WINDOW=-1ms": "TOOLSVC_STORE_COMMIT_WINDOW must be between 0s and 1s, got -1ms",
+		"TOOLSVC_STORE_COMMIT_MAX=-1":      "TOOLSVC_STORE_COMMIT_MAX must be between 0 (the store's default) and 10000, got -1",
+		"TOOLSVC_TOOL_WORKERS=-1":          "TOOLSVC_TOOL_WORKERS must be 0 (2 per CPU) or more, got -1",
+	} {
+		if _, err := loadConfig([]string{"TOOLSVC_WORKSPACE=" + t.TempDir(), env}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error saying %q", env, err, want)
+		}
+	}
+	cfg, err = loadConfig([]string{"TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_STORE_SYNC=normal", "TOOLSVC_STORE_COMMIT_WINDOW=2ms"})
+	if err != nil || cfg.StoreSync != "normal" || cfg.StoreCommitWindow != 2*time.Millisecond {
+		t.Errorf("normal, 2ms: %+v, %v", cfg.StoreSync, err)
+	}
+}
