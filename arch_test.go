@@ -8,8 +8,10 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,25 +32,30 @@ func allowed() []struct {
 	}{
 		{"cmd/*", []string{"*"}},
 		{"examples/*", []string{}},
+		{"examples/*/*", []string{}},
 		{"bench/*", []string{"internal/registry", "internal/http"}},
 		{"api", nil},
 		{"internal/registry", nil},
 		{"internal/config", nil},
 		{"internal/sandbox", nil},
+		{"internal/ratelimit", nil},
 		{"internal/policy", []string{"internal/registry"}},
 		{"internal/store", []string{"internal/registry"}},
 		{"internal/store/*", []string{"internal/registry", "internal/store", "internal/store/storetest"}},
 		{"internal/telemetry", []string{"internal/registry"}},
-		{"internal/http", []string{"internal/registry"}},
+		{"internal/http", []string{"internal/registry", "internal/http/ui", "internal/ratelimit"}},
+		{"internal/http/*", []string{"internal/registry"}},
+		{"internal/notify", []string{"internal/registry"}},
 		{"internal/tools/workspace", nil},
-		{"internal/tools/*", []string{"internal/registry", "internal/tools/workspace", "internal/sandbox", "internal/config"}},
+		{"internal/tools/stream", []string{"internal/registry", "internal/sandbox"}},
+		{"internal/tools/*", []string{"internal/registry", "internal/tools/workspace", "internal/tools/stream", "internal/sandbox", "internal/config"}},
 	}
 }
 
 // httpUsers may import net/http and chi (the HTTP adapter, the program,
 // and the tools that are HTTP clients).
 func httpUsers() []string {
-	return []string{"cmd/*", "examples/*", "bench/*", "internal/http", "internal/telemetry", "internal/tools/httpfetch", "internal/tools/custom", "internal/tools/mcpbridge"}
+	return []string{"cmd/*", "examples/*", "bench/*", "internal/http", "internal/http/*", "internal/notify", "internal/telemetry", "internal/tools/httpfetch", "internal/tools/custom", "internal/tools/mcpbridge"}
 }
 
 type pkg struct {
@@ -175,6 +182,37 @@ func TestEveryPackageIsDocumented(t *testing.T) {
 	for dir, k := range loadPackages(t) {
 		if dir != "." && !k.doc {
 			t.Errorf("package %s has no \"// Package ...\" (or \"// Command ...\") comment", dir)
+		}
+	}
+}
+
+// TestDesignDocNamesEveryPackage keeps docs/design.md in step with the
+// code: it names every package, and the row of each package that may
+// import no other package of this module says so.
+func TestDesignDocNamesEveryPackage(t *testing.T) {
+	b, err := os.ReadFile("docs/design.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for dir := range loadPackages(t) {
+		if dir == "." || strings.HasPrefix(dir, "examples/") {
+			continue
+		}
+		name := "`" + dir + "`"
+		if after, ok := strings.CutPrefix(dir, "internal/tools/"); ok && !strings.Contains(doc, name) {
+			name = "`" + after + "`"
+		}
+		if !strings.Contains(doc, name) {
+			t.Errorf("docs/design.md does not name package %s", dir)
+		}
+	}
+	for _, r := range allowed() {
+		if r.imports == nil && !strings.Contains(r.pattern, "*") {
+			row := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(r.pattern) + "` \\|.*\\| nothing \\|$")
+			if !row.MatchString(doc) {
+				t.Errorf("docs/design.md: the row of %s must say it may import nothing", r.pattern)
+			}
 		}
 	}
 }

@@ -77,10 +77,10 @@ func startToolsvc(t *testing.T, workspace string) string {
 
 func TestGatewayAgainstToolsvc(t *testing.T) {
 	workspace := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(workspace, "conv-42"), 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Join(workspace, "callers/anonymous/instances/conv-42"), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(workspace, "conv-42", "notes.txt"), []byte("remember the milk\n"), 0o640); err != nil {
+	if err := os.WriteFile(filepath.Join(workspace, "callers/anonymous/instances/conv-42", "notes.txt"), []byte("remember the milk\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	base := startToolsvc(t, workspace)

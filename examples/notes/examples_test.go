@@ -21,7 +21,7 @@ import (
 // TestMain lets the test binary be the sandbox child, as toolsvc is.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == sandbox.ChildCommand {
-		err := sandbox.RunChild(os.Args[2:])
+		err := sandbox.RunChild(os.Args[2:], nil)
 		fmt.Fprintln(os.Stderr, "sandbox child:", err)
 		os.Exit(125)
 	}
