@@ -24,6 +24,7 @@ ARG TARGETARCH
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
     go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/toolsvc ./cmd/toolsvc \
+ && CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags "-s -w" -o /out/toolsvc-sandbox ./cmd/toolsvc-sandbox \
  && mkdir -p /out/workspace /out/data
 
 # distroless/static: CA certificates, tzdata, /etc/passwd with the nonroot
@@ -42,6 +43,7 @@ LABEL org.opencontainers.image.title="toolsvc" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.base.name="gcr.io/distroless/static-debian12:nonroot"
 COPY --from=build /out/toolsvc /usr/local/bin/toolsvc
+COPY --from=build /out/toolsvc-sandbox /usr/local/bin/toolsvc-sandbox
 COPY --from=build --chown=65532:65532 /out/workspace /workspace
 COPY --from=build --chown=65532:65532 /out/data /data
 # The binary writes only to /workspace and /data (and /tmp when a tool

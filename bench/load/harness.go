@@ -22,13 +22,16 @@ import (
 // harness holds what every scenario shares: the built binaries, the
 // temporary directory, the CPU pinning and the output.
 type harness struct {
-	o      options
-	out    io.Writer
-	dir    string
-	bin    string // toolsvc
-	self   string // this program, for its server subcommands
-	pinned bool
-	client *http.Client
+	o   options
+	out io.Writer
+	dir string
+	bin string // toolsvc
+	// baseline is toolsvc built from -baseline, measured in the same
+	// rounds; "" without one.
+	baseline string
+	self     string // this program, for its server subcommands
+	pinned   bool
+	client   *http.Client
 }
 
 func newHarness(ctx context.Context, o options, out io.Writer) (*harness, error) {
@@ -50,6 +53,16 @@ func newHarness(ctx context.Context, o options, out io.Writer) (*harness, error)
 	if err := build.Run(); err != nil {
 		h.close()
 		return nil, fmt.Errorf("go build ./cmd/toolsvc: %w", err)
+	}
+	if o.baseline != "" {
+		h.baseline = filepath.Join(dir, "bin", "toolsvc-baseline")
+		fmt.Fprintf(out, "building the baseline toolsvc from %s\n", o.baseline)
+		build := exec.CommandContext(ctx, "go", "build", "-o", h.baseline, "./cmd/toolsvc")
+		build.Dir, build.Stdout, build.Stderr = o.baseline, out, out
+		if err := build.Run(); err != nil {
+			h.close()
+			return nil, fmt.Errorf("go build ./cmd/toolsvc in %s: %w", o.baseline, err)
+		}
 	}
 	if o.pin {
 		h.pinned = h.pinSelf()
@@ -333,6 +346,11 @@ func (h *harness) scrape(addr string) (map[string]float64, error) {
 // startToolsvc runs toolsvc on its default configuration, with a fresh
 // workspace and data directory, on a loopback port.
 func (h *harness) startToolsvc(ctx context.Context, name string) (*child, error) {
+	return h.startToolsvcBinary(ctx, name, h.bin)
+}
+
+// startToolsvcBinary is startToolsvc for the binary bin.
+func (h *harness) startToolsvcBinary(ctx context.Context, name, bin string) (*child, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -344,7 +362,7 @@ func (h *harness) startToolsvc(ctx context.Context, name string) (*child, error)
 		}
 	}
 	env := append([]string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_WORKSPACE=" + ws, "TOOLSVC_DATA_DIR=" + data}, h.o.toolsvcEnv...)
-	return h.startChild(ctx, name, addr, env, h.bin)
+	return h.startChild(ctx, name, addr, env, bin)
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

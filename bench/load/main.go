@@ -47,6 +47,7 @@ type options struct {
 	loadCPU     string
 	pin         bool
 	repo        string
+	baseline    string
 	keep        bool
 	loads       []string
 	toolsvcEnv  []string
@@ -75,8 +76,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.loadCPU, "load-cpu", "1", "CPU list (taskset) for the load generators")
 	fs.BoolVar(&o.pin, "pin", true, "pin servers and load generators to -server-cpu and -load-cpu (needs taskset and 2 CPUs)")
 	fs.StringVar(&o.repo, "repo", ".", "the toolsvc repository to build")
+	fs.StringVar(&o.baseline, "baseline", "", "throughput: another toolsvc repository (e.g. a worktree of an earlier commit) to build and measure in the same rounds")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (binaries, logs, workspace)")
-	loadList := fs.String("loads", "read_only,side_effecting", "throughput: comma-separated loads: read_only (text__transform), side_effecting (fs__write)")
+	loadList := fs.String("loads", "read_only,worker,side_effecting", "throughput: comma-separated loads: read_only (fs__stat, in process), worker (text__transform, in a pooled worker process), side_effecting (fs__write)")
 	toolsvcEnv := fs.String("toolsvc-env", "", "comma-separated KEY=value settings added to toolsvc's default configuration (e.g. GOGC=400)")
 	if err := fs.Parse(args); err != nil {
 		return err

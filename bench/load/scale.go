@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -98,7 +99,7 @@ func (h *harness) scale(ctx context.Context) error {
 		time.Duration(medianF(ready)).Round(time.Millisecond), mib(int64(medianF(rss))))
 
 	fmt.Fprintf(h.out, "catalog server (registry + executor + HTTP adapter, tools generated in process):\n")
-	fmt.Fprintf(h.out, "  %8s  %10s  %9s  %10s  %9s  %9s  %12s\n", "tools", "ready", "RSS", "call req/s", "call p50", "call p99", "GET /tools")
+	fmt.Fprintf(h.out, "  %8s  %10s  %9s  %10s  %9s  %9s  %13s  %12s\n", "tools", "ready", "RSS", "call req/s", "call p50", "call p99", "unknown req/s", "GET /tools")
 	for _, n := range []int{10, h.o.scaleTools} {
 		addr, err := freeAddr()
 		if err != nil {
@@ -125,6 +126,17 @@ func (h *harness) scale(ctx context.Context) error {
 			c.stop()
 			return err
 		}
+		// A misspelt name: refused with the closest names as suggestions.
+		unknownBody := []byte(`{"toolName":"gen01__tol00001","arguments":{}}`)
+		if status, reply, err := h.post(addr, unknownBody); err != nil || status != http.StatusOK || !bytes.Contains(reply, []byte("E_TOOL_NOT_FOUND")) {
+			c.stop()
+			return fmt.Errorf("catalog unknown call: %d %s %v", status, reply, err)
+		}
+		unknown, err := h.wrk(ctx, "http://"+addr+"/calls", unknownBody, h.o.concurrency, 5*time.Second)
+		if err != nil {
+			c.stop()
+			return err
+		}
 		var list []float64
 		for range 5 {
 			t := time.Now()
@@ -139,8 +151,8 @@ func (h *harness) scale(ctx context.Context) error {
 		}
 		slices.Sort(list)
 		c.stop()
-		fmt.Fprintf(h.out, "  %8d  %10s  %9s  %10.0f  %9s  %9s  %12s\n", n, c.ready.Round(time.Millisecond), mib(r), wr.RPS, ms(wr.P50), ms(wr.P99),
-			ms(time.Duration(list[len(list)/2])))
+		fmt.Fprintf(h.out, "  %8d  %10s  %9s  %10.0f  %9s  %9s  %13.0f  %12s\n", n, c.ready.Round(time.Millisecond), mib(r), wr.RPS, ms(wr.P50), ms(wr.P99),
+			unknown.RPS, ms(time.Duration(list[len(list)/2])))
 		if wr.errors() > 0 {
 			fmt.Fprintf(h.out, "  (%d errors in the call run)\n", wr.errors())
 		}

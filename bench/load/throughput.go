@@ -31,7 +31,12 @@ func (h *harness) loads() []load {
 
 func allLoads() []load {
 	return []load{
-		{"read_only", "text__transform", []byte(`{"toolName":"text__transform","arguments":{"operation":"upper","text":"hello"}}`)},
+		// A read-only tool that runs in the service's process: one stat in
+		// the workspace, so what is measured is the call path.
+		{"read_only", "fs__stat", []byte(`{"toolName":"fs__stat","arguments":{"path":"."}}`)},
+		// A read-only tool that runs in a pooled worker process under the
+		// memory ceiling (TOOLSVC_TOOL_MEMORY_LIMIT).
+		{"worker", "text__transform", []byte(`{"toolName":"text__transform","arguments":{"operation":"upper","text":"hello"}}`)},
 		{"side_effecting", "fs__write", []byte(`{"toolName":"fs__write","arguments":{"path":"bench/out.txt","content":"hello"}}`)},
 	}
 }
@@ -83,6 +88,19 @@ func (h *harness) throughput(ctx context.Context) error {
 	}
 	fmt.Fprintf(h.out, "reply sizes (bytes): %s\n", strings.Join(sizes, ", "))
 	targets := []*child{bare, svc}
+	if h.baseline != "" {
+		base, err := h.startToolsvcBinary(ctx, "baseline", h.baseline)
+		if err != nil {
+			return err
+		}
+		defer base.stop()
+		for _, l := range h.loads() {
+			if status, reply, err := h.post(base.addr, l.body); err != nil || status != http.StatusOK {
+				return fmt.Errorf("baseline %s: %d %s %v", l.tool, status, reply, err)
+			}
+		}
+		targets = append(targets, base)
+	}
 	url := func(c *child) string { return "http://" + c.addr + "/calls" }
 	for _, l := range h.loads() {
 		for _, c := range targets {
@@ -93,17 +111,18 @@ func (h *harness) throughput(ctx context.Context) error {
 	}
 	type key struct{ load, target string }
 	results := map[key][]wrkResult{}
-	ratios := map[string][]float64{}
+	ratios := map[string][]float64{} // load, or load/baseline
 	const row = "%6s  %-15s %-8s %9s %9s %9s %9s %7s %13s\n"
 	fmt.Fprintf(h.out, row, "round", "load", "target", "req/s", "p50", "p99", "p99.9", "errors", "toolsvc/bare")
 	for round := 1; round <= h.o.rounds; round++ {
 		for _, l := range h.loads() {
-			// Alternate which server goes first, so drift favours neither.
-			order := targets
-			if round%2 == 0 {
-				order = []*child{svc, bare}
+			// Rotate which server goes first, so drift favours none.
+			order := make([]*child, len(targets))
+			for i := range targets {
+				order[i] = targets[(i+round-1)%len(targets)]
 			}
 			rps := map[string]float64{}
+			measured := map[string]wrkResult{}
 			for _, c := range order {
 				r, err := h.wrk(ctx, url(c), l.body, h.o.concurrency, h.o.duration)
 				if err != nil {
@@ -111,10 +130,14 @@ func (h *harness) throughput(ctx context.Context) error {
 				}
 				results[key{l.name, c.name}] = append(results[key{l.name, c.name}], r)
 				rps[c.name] = r.RPS
-				ratio := ""
-				if c == svc && rps["bare"] > 0 || c == bare && rps["toolsvc"] > 0 {
-					ratio = fmt.Sprintf("%.2f", rps["toolsvc"]/rps["bare"])
-					ratios[l.name] = append(ratios[l.name], rps["toolsvc"]/rps["bare"])
+				measured[c.name] = r
+			}
+			for _, c := range order {
+				r, ratio := measured[c.name], ""
+				if c != bare && rps["bare"] > 0 {
+					k := ratioKey(l.name, c.name)
+					ratio = fmt.Sprintf("%.2f", rps[c.name]/rps["bare"])
+					ratios[k] = append(ratios[k], rps[c.name]/rps["bare"])
 				}
 				fmt.Fprintf(h.out, row, strconv.Itoa(round), l.name, c.name, fmt.Sprintf("%.0f", r.RPS), ms(r.P50), ms(r.P99), ms(r.P999), strconv.FormatInt(r.errors(), 10), ratio)
 			}
@@ -129,8 +152,8 @@ func (h *harness) throughput(ctx context.Context) error {
 				errs += r.errors()
 			}
 			ratio := ""
-			if c == svc {
-				ratio = fmt.Sprintf("%.2f", medianF(ratios[l.name]))
+			if c != bare {
+				ratio = fmt.Sprintf("%.2f", medianF(ratios[ratioKey(l.name, c.name)]))
 			}
 			fmt.Fprintf(h.out, row, "median", l.name, c.name,
 				fmt.Sprintf("%.0f", medianF(pick(rs, func(r wrkResult) float64 { return r.RPS }))),
@@ -147,7 +170,21 @@ func (h *harness) throughput(ctx context.Context) error {
 		}
 		fmt.Fprintf(h.out, "target: read_only at >= 0.6x the bare ceiling: %s (median ratio %.2f)\n", verdict, medianF(r))
 	}
+	for _, l := range h.loads() {
+		if r, ok := ratios[ratioKey(l.name, "baseline")]; ok {
+			fmt.Fprintf(h.out, "%s: toolsvc %.2fx the bare ceiling, the baseline (%s) %.2fx, in the same rounds\n", l.name, medianF(ratios[l.name]), h.o.baseline, medianF(r))
+		}
+	}
 	return nil
+}
+
+// ratioKey names the ratios of one toolsvc target under one load: the
+// load for the toolsvc under test, load/baseline for the baseline.
+func ratioKey(load, target string) string {
+	if target == "toolsvc" {
+		return load
+	}
+	return load + "/" + target
 }
 
 func pick(rs []wrkResult, f func(wrkResult) float64) []float64 {
