@@ -149,6 +149,7 @@ type app struct {
 	plan *plan.Binder
 	// workers run the confined tools under the memory ceiling.
 	workers *worker.Pool
+	ws      *workspace.Workspace
 	// notifiers are the Notifier resources.
 	notifiers []*notify.Target
 	// result binds result__read to the executor; nil when no output is kept.
@@ -231,6 +232,7 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.ws = ws
 	var tools []*registry.Tool
 	tools = append(tools, fs.Tools(fs.Options{
 		Workspace: ws, MaxReadBytes: cfg.FSMaxReadBytes, MaxWriteBytes: cfg.FSMaxWriteBytes, MaxSearchBytes: cfg.FSMaxSearchBytes,
@@ -379,6 +381,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer a.workers.Close()
+	defer a.ws.Close()
 	obs, err := newObservability(ctx, cfg, stdout, log)
 	if err != nil {
 		return err

@@ -47,11 +47,12 @@ func (t *tools) delete(ctx context.Context, req *registry.Request) (any, error) 
 			Message:    "path names the workspace root, which cannot be deleted",
 			Suggestion: "Delete the files or directories inside it one by one."}
 	}
-	root, err := t.openRoot(req)
+	wd, err := t.openDir(req)
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
+	defer wd.Close()
+	root := wd.Root
 	fi, err := root.Lstat(rel)
 	if err != nil {
 		return nil, fileError(rel, err)

@@ -56,11 +56,12 @@ func (t *tools) edit(ctx context.Context, req *registry.Request) (any, error) {
 		return nil, &registry.Error{Code: registry.CodeInvalidArguments, Message: "oldText is empty",
 			Suggestion: "Give the exact text to replace; to create or replace a whole file use fs__write."}
 	}
-	root, err := t.openRoot(req)
+	wd, err := t.openDir(req)
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
+	defer wd.Close()
+	root := wd.Root
 
 	f, err := root.OpenFile(rel, os.O_RDWR|syscall.O_NONBLOCK, 0)
 	if err != nil {

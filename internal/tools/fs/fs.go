@@ -143,8 +143,9 @@ func pathSchema(description string) string {
 // pathRules is what the tools tell a model about paths.
 const pathRules = `Paths are relative to the workspace root and use forward slashes, for example "src/main.go" or "." for the root; absolute paths, ".." components, backslashes and NUL bytes are not allowed.`
 
-// openRoot opens the caller's workspace directory.
-func (t *tools) openRoot(req *registry.Request) (*os.Root, error) {
+// openDir opens the caller's workspace directory; close the Dir when done,
+// never its Root, which other calls share.
+func (t *tools) openDir(req *registry.Request) (*workspace.Dir, error) {
 	var owner workspace.Owner
 	if req.Caller != nil {
 		owner = workspace.OwnerOf(req.Caller.ID, req.Caller.Workspace)
@@ -157,7 +158,7 @@ func (t *tools) openRoot(req *registry.Request) (*os.Root, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot open the workspace: %w", err)
 	}
-	return dir.Root, nil
+	return dir, nil
 }
 
 // cleanPath checks a path argument and returns it in canonical form ("."

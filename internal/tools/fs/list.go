@@ -67,11 +67,12 @@ func (t *tools) list(ctx context.Context, req *registry.Request) (any, error) {
 	if a.MaxEntries > 0 && a.MaxEntries < limit {
 		limit = a.MaxEntries
 	}
-	root, err := t.openRoot(req)
+	wd, err := t.openDir(req)
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
+	defer wd.Close()
+	root := wd.Root
 
 	fi, err := root.Lstat(rel)
 	if err != nil {

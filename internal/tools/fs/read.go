@@ -57,11 +57,12 @@ func (t *tools) read(ctx context.Context, req *registry.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	root, err := t.openRoot(req)
+	wd, err := t.openDir(req)
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
+	defer wd.Close()
+	root := wd.Root
 
 	// O_NONBLOCK keeps a FIFO from blocking the open; only regular files
 	// are read.

@@ -126,11 +126,12 @@ func (t *tools) search(ctx context.Context, req *registry.Request) (any, error) 
 	if a.MaxMatches > 0 && a.MaxMatches < s.maxMatch {
 		s.maxMatch = a.MaxMatches
 	}
-	root, err := t.openRoot(req)
+	wd, err := t.openDir(req)
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
+	defer wd.Close()
+	root := wd.Root
 	s.root = root
 
 	fi, err := root.Stat(rel)

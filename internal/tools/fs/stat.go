@@ -47,11 +47,12 @@ func (t *tools) stat(ctx context.Context, req *registry.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	root, err := t.openRoot(req)
+	wd, err := t.openDir(req)
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
+	defer wd.Close()
+	root := wd.Root
 	fi, err := root.Lstat(rel)
 	if errors.Is(err, iofs.ErrNotExist) {
 		return statResult{Path: rel}, nil

@@ -84,11 +84,12 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 		flags |= os.O_TRUNC
 	}
 
-	root, err := t.openRoot(req)
+	wd, err := t.openDir(req)
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
+	defer wd.Close()
+	root := wd.Root
 	if dir := path.Dir(rel); dir != "." {
 		if err := root.MkdirAll(dir, 0o750); err != nil {
 			if errors.Is(err, iofs.ErrExist) {

@@ -16,6 +16,7 @@
 package workspace
 
 import (
+	"container/list"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -23,11 +24,42 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 )
 
 // Workspace is the directory file and shell tools are confined to.
+//
+// It keeps the instance directories it opened most recently open (at most
+// cacheSize of them), so a call usually finds its directory with one
+// lookup instead of walking and reopening every component: a cached
+// directory is used only while its path still leads to that very
+// directory, looked up beneath the root through no link at all (see
+// statAt); anything else (removed, moved, replaced, never opened) takes
+// the full walk of Open.
 type Workspace struct {
 	base string
+	// dir is the workspace root, open for the cache's lookups.
+	dir *os.File
+
+	mu    sync.Mutex
+	cache map[string]*entry
+	lru   list.List // of *entry, most recently used first
+}
+
+// cacheSize bounds how many instance directories a Workspace keeps open.
+const cacheSize = 64
+
+// entry is one cached instance directory. refs counts the Dirs handed
+// out and the cache's own hold; the directory is closed at zero.
+type entry struct {
+	rel    string
+	root   *os.Root
+	dev    uint64
+	ino    uint64
+	refs   int
+	cached bool
+	elem   *list.Element
 }
 
 // New returns the workspace at dir, creating it. The directory itself is
@@ -40,7 +72,22 @@ func New(dir string) (*Workspace, error) {
 	if err := os.MkdirAll(abs, 0o750); err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
-	return &Workspace{base: abs}, nil
+	f, err := os.Open(abs)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	return &Workspace{base: abs, dir: f, cache: map[string]*entry{}}, nil
+}
+
+// Close closes the directories the workspace keeps open. Dirs still in
+// use stay usable until they are closed.
+func (w *Workspace) Close() error {
+	w.mu.Lock()
+	for _, e := range w.cache {
+		w.uncacheLocked(e)
+	}
+	w.mu.Unlock()
+	return w.dir.Close()
 }
 
 // Base returns the workspace's absolute path.
@@ -94,11 +141,21 @@ type Dir struct {
 	Path string
 	// Root is the opened directory; every path beneath it is resolved by
 	// os.Root, which refuses .., absolute paths and links that leave it.
+	// It is shared with other calls: close the Dir, never the Root.
 	Root *os.Root
+
+	release func()
 }
 
-// Close closes the directory.
-func (d *Dir) Close() error { return d.Root.Close() }
+// Close releases the directory. Root must not be used afterwards.
+func (d *Dir) Close() error {
+	if d.release == nil {
+		return d.Root.Close()
+	}
+	d.release()
+	d.release = nil
+	return nil
+}
 
 // File opens the directory itself as a file, for handing its descriptor
 // to a sandboxed program. The caller closes it.
@@ -110,12 +167,44 @@ func (d *Dir) File() (*os.File, error) { return d.Root.Open(".") }
 // opened component is checked to be the very directory that was looked
 // at, so a link swapped in between is refused too.
 func (w *Workspace) Open(o Owner, key string) (*Dir, error) {
+	names := components(o, key)
+	rel := strings.Join(names, "/")
+	if e := w.cached(rel); e != nil {
+		return w.dirOf(e, o, key), nil
+	}
+	root, err := w.walk(names)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := root.Stat(".")
+	if err != nil {
+		root.Close()
+		return nil, fmt.Errorf("workspace: %s: %w", rel, err)
+	}
+	dev, ino := fileID(fi)
+	e := &entry{rel: rel, root: root, dev: dev, ino: ino, refs: 1}
+	w.mu.Lock()
+	if old := w.cache[rel]; old != nil {
+		w.uncacheLocked(old)
+	}
+	w.cache[rel], e.cached, e.elem = e, true, w.lru.PushFront(e)
+	e.refs++ // the caller's
+	for w.lru.Len() > cacheSize {
+		w.uncacheLocked(w.lru.Back().Value.(*entry))
+	}
+	w.mu.Unlock()
+	return w.dirOf(e, o, key), nil
+}
+
+// walk opens the directory names, one component at a time from the
+// workspace root, creating missing ones and never through a link.
+func (w *Workspace) walk(names []string) (*os.Root, error) {
 	root, err := os.OpenRoot(w.base)
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	rel := "."
-	for _, name := range components(o, key) {
+	for _, name := range names {
 		rel = filepath.Join(rel, name)
 		next, err := openChild(root, name)
 		root.Close()
@@ -124,7 +213,56 @@ func (w *Workspace) Open(o Owner, key string) (*Dir, error) {
 		}
 		root = next
 	}
-	return &Dir{Path: w.Path(o, key), Root: root}, nil
+	return root, nil
+}
+
+// cached returns the cached entry for rel, with a reference taken, if its
+// path still leads to it.
+func (w *Workspace) cached(rel string) *entry {
+	w.mu.Lock()
+	e := w.cache[rel]
+	if e == nil {
+		w.mu.Unlock()
+		return nil
+	}
+	e.refs++
+	w.lru.MoveToFront(e.elem)
+	w.mu.Unlock()
+	if statAt(w.dir, rel, e.dev, e.ino) {
+		return e
+	}
+	w.mu.Lock()
+	if w.cache[rel] == e {
+		w.uncacheLocked(e)
+	}
+	w.releaseLocked(e)
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *Workspace) dirOf(e *entry, o Owner, key string) *Dir {
+	return &Dir{Path: w.Path(o, key), Root: e.root, release: func() {
+		w.mu.Lock()
+		w.releaseLocked(e)
+		w.mu.Unlock()
+	}}
+}
+
+// uncacheLocked drops the cache's hold on e.
+func (w *Workspace) uncacheLocked(e *entry) {
+	if !e.cached {
+		return
+	}
+	e.cached = false
+	delete(w.cache, e.rel)
+	w.lru.Remove(e.elem)
+	w.releaseLocked(e)
+}
+
+func (w *Workspace) releaseLocked(e *entry) {
+	if e.refs--; e.refs == 0 {
+		e.root.Close()
+	}
 }
 
 // openChild opens the directory name directly beneath parent, creating

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,4 +99,113 @@ func TestOpenRefusesLinks(t *testing.T) {
 	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
 		t.Errorf("something was created outside: %v", entries)
 	}
+}
+
+// TestOpenCache: a directory opened before is found again while its path
+// leads to it, and walked afresh once it does not.
+func TestOpenCache(t *testing.T) {
+	base := t.TempDir()
+	w, err := New(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	owner := Owner{CallerID: "alice"}
+	open := func() *Dir {
+		t.Helper()
+		d, err := w.Open(owner, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	write := func(d *Dir, name string) {
+		t.Helper()
+		if err := d.Root.WriteFile(name, []byte(name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := open()
+	write(d, "a")
+	d.Close()
+
+	// Removed: the next Open creates the directory again, and files land
+	// at its path.
+	if err := os.RemoveAll(filepath.Join(base, "callers")); err != nil {
+		t.Fatal(err)
+	}
+	d = open()
+	write(d, "b")
+	d.Close()
+	if _, err := os.Stat(filepath.Join(d.Path, "b")); err != nil {
+		t.Fatalf("after removal, the file did not land at the directory's path: %v", err)
+	}
+
+	// Moved away and replaced by a link to it, at the instance and at a
+	// level above: refused, although the link leads to the very directory
+	// that was open.
+	for _, rel := range []string{"callers/alice/instances/k", "callers/alice"} {
+		d = open()
+		d.Close()
+		moved := filepath.Join(t.TempDir(), "moved")
+		if err := os.Rename(filepath.Join(base, rel), moved); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(moved, filepath.Join(base, rel)); err != nil {
+			t.Fatal(err)
+		}
+		if d, err := w.Open(owner, "k"); !errors.Is(err, ErrLink) {
+			if err == nil {
+				d.Close()
+			}
+			t.Fatalf("%s replaced by a link: %v, want ErrLink", rel, err)
+		}
+		if err := os.RemoveAll(filepath.Join(base, "callers")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestOpenCacheBounded: however many instance keys are used, the
+// workspace keeps at most cacheSize directories open, and a Dir in use
+// stays usable while others push it out of the cache.
+func TestOpenCacheBounded(t *testing.T) {
+	w, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := w.Open(Owner{}, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := openFDs(t)
+	for i := range 4 * cacheSize {
+		d, err := w.Open(Owner{}, fmt.Sprintf("k%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Close()
+	}
+	if grew := openFDs(t) - before; grew > cacheSize {
+		t.Errorf("%d more descriptors open after %d keys; at most %d are kept", grew, 4*cacheSize, cacheSize)
+	}
+	if err := held.Root.WriteFile("x", []byte("x"), 0o600); err != nil {
+		t.Fatalf("a Dir pushed out of the cache while in use: %v", err)
+	}
+	held.Close()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := openFDs(t); n >= before {
+		t.Errorf("%d descriptors open after Close, %d before the keys were opened", n, before)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(entries)
 }
