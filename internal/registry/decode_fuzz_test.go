@@ -3,6 +3,7 @@ package registry
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -36,4 +37,20 @@ func FuzzDecodeArguments(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDecodeArgumentsRefusesBadUTF8: arguments with bytes that are not
+// UTF-8, as an object or as a string holding one, are refused with a
+// message that says so and where, rather than recorded as sent while
+// the tool sees U+FFFD.
+func TestDecodeArgumentsRefusesBadUTF8(t *testing.T) {
+	for _, in := range []string{"{\"\xe3\":0}", "{\"path\":\"a\xffb\"}", "\"{\\\"a\\\":\\\"\xc3\\\"}\""} {
+		_, _, e := decodeArguments(json.RawMessage(in), 64)
+		if e == nil || e.Code != CodeInvalidArguments || !strings.Contains(e.Message, "not valid UTF-8") {
+			t.Errorf("%q: %+v, want E_INVALID_ARGUMENTS about UTF-8", in, e)
+		}
+	}
+	if _, _, e := decodeArguments(json.RawMessage(`{"path":"naïve ✓"}`), 64); e != nil {
+		t.Errorf("valid UTF-8 refused: %+v", e)
+	}
 }

@@ -724,6 +724,13 @@ func (e *Executor) observe(ctx context.Context, span trace.Span, f *flight, elap
 // (an empty object). It returns the object's JSON and its decoded value.
 func decodeArguments(raw json.RawMessage, maxDepth int) (json.RawMessage, any, *Error) {
 	raw = bytes.TrimSpace(raw)
+	if !utf8.Valid(raw) {
+		// Decoding would turn the bad bytes into U+FFFD for validation and
+		// for the tool while the record kept them: refuse them, in an
+		// object and in a string holding one alike.
+		return nil, nil, &Error{Code: CodeInvalidArguments,
+			Message: fmt.Sprintf("arguments are not valid UTF-8 (a bad byte at offset %d); JSON text must be UTF-8", invalidUTF8At(raw))}
+	}
 	if len(raw) == 0 || string(raw) == "null" {
 		raw = json.RawMessage("{}")
 	}
@@ -748,6 +755,19 @@ func decodeArguments(raw json.RawMessage, maxDepth int) (json.RawMessage, any, *
 		return nil, nil, &Error{Code: CodeInvalidArguments, Message: "arguments are not valid JSON: " + err.Error()}
 	}
 	return raw, v, nil
+}
+
+// invalidUTF8At returns the offset of the first byte of b that is not
+// part of a valid UTF-8 sequence.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 // WithinDepth reports whether the JSON in b nests at most max levels,
