@@ -22,11 +22,15 @@ import (
 func TestDurableUnderKill(t *testing.T) {
 	t.Run("SQLite", func(t *testing.T) {
 		data := t.TempDir()
-		checkDurableUnderKill(t, "TOOLSVC_DATA_DIR="+data)
+		checkDurableUnderKill(t, "TOOLSVC_DATA_DIR="+data) // grouped, the default
 	})
-	t.Run("SQLiteGroupCommit", func(t *testing.T) {
+	t.Run("SQLiteOneWriteEach", func(t *testing.T) {
 		data := t.TempDir()
-		checkDurableUnderKill(t, "TOOLSVC_DATA_DIR="+data, "TOOLSVC_STORE_COMMIT_MAX=128", "TOOLSVC_STORE_COMMIT_WINDOW=2ms")
+		checkDurableUnderKill(t, "TOOLSVC_DATA_DIR="+data, "TOOLSVC_STORE_COMMIT_MAX=1")
+	})
+	t.Run("SQLiteGroupCommitWindow", func(t *testing.T) {
+		data := t.TempDir()
+		checkDurableUnderKill(t, "TOOLSVC_DATA_DIR="+data, "TOOLSVC_STORE_COMMIT_WINDOW=2ms")
 	})
 	t.Run("PostgreSQL", func(t *testing.T) {
 		pgURL := os.Getenv("TOOLSVC_TEST_POSTGRES_URL")
@@ -159,9 +163,9 @@ func TestStoreDurabilitySettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.StoreSync != "full" || cfg.StoreCommitWindow != 0 || cfg.storeCommitMax(false) != 1 || cfg.storeCommitMax(true) != 128 {
-		t.Errorf("defaults: sync %q, commit window %s, commit max %d (embedded) and %d (PostgreSQL); want full, 0, 1 and 128",
-			cfg.StoreSync, cfg.StoreCommitWindow, cfg.storeCommitMax(false), cfg.storeCommitMax(true))
+	if cfg.StoreSync != "full" || cfg.StoreCommitWindow != 0 || cfg.storeCommitMax() != 128 {
+		t.Errorf("defaults: sync %q, commit window %s, commit max %d; want full, 0 and 128",
+			cfg.StoreSync, cfg.StoreCommitWindow, cfg.storeCommitMax())
 	}
 	for env, want := range map[string]string{
 		"TOOLSVC_STORE_SYNC=off":           `TOOLSVC_STORE_SYNC must be full or normal, got "off"`,

@@ -584,7 +584,7 @@ func openStoreRetrying(ctx context.Context, cfg Config, log *slog.Logger) (regis
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (registry.Store, error) {
 	if cfg.StoreURL != "" {
 		s, err := postgres.Open(ctx, postgres.Options{URL: cfg.StoreURL, Schema: cfg.StoreSchema, InstanceID: cfg.InstanceID, Logger: log,
-			CommitWindow: cfg.StoreCommitWindow, CommitMaxOps: cfg.storeCommitMax(true)})
+			CommitWindow: cfg.StoreCommitWindow, CommitMaxOps: cfg.storeCommitMax()})
 		if err != nil {
 			return nil, err
 		}
@@ -592,7 +592,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (registry.Stor
 		return s, nil
 	}
 	path := filepath.Join(cfg.DataDir, "toolsvc.db")
-	s, err := sqlite.Open(ctx, path, sqlite.Options{Logger: log, SyncNormal: cfg.StoreSync == "normal", CommitWindow: cfg.StoreCommitWindow, CommitMaxOps: cfg.storeCommitMax(false)})
+	s, err := sqlite.Open(ctx, path, sqlite.Options{Logger: log, SyncNormal: cfg.StoreSync == "normal", CommitWindow: cfg.StoreCommitWindow, CommitMaxOps: cfg.storeCommitMax()})
 	if err != nil {
 		return nil, err
 	}
