@@ -186,7 +186,7 @@ func TestBinaryShellBombs(t *testing.T) {
 			case r.Error != nil && r.Error.Code == "E_TIMEOUT" && took < 12*time.Second:
 			case name == "fork bomb" && r.Status == "ok":
 			default:
-				t.Fatalf("%s: want E_TOOL naming the limit or E_TIMEOUT, got %s", name, r)
+				t.Fatalf("%s: want E_TOOL naming the limit or E_TIMEOUT, got %s (%+v)", name, r, r.Error)
 			}
 			t.Logf("%s: %s after %v; service max RSS %d MiB", name, r, took.Round(time.Millisecond), seen.peakSelf>>20)
 			if seen.peakSelf > limit+memoryMargin {

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -442,12 +443,16 @@ func (t *tool) died(res sandbox.Result, stderr string) error {
 		"Check the command for runaway recursion or expansions; stderr so far: "+clip(stderr, 300))
 }
 
-func isOutOfMemory(s string) bool {
-	return strings.Contains(s, "fatal error: runtime: out of memory") ||
-		strings.Contains(s, "fatal error: out of memory") ||
-		strings.Contains(s, "runtime: cannot allocate memory") ||
-		strings.Contains(s, "failed to create new OS thread")
-}
+// outOfMemory matches what the Go runtime throws when the kernel refuses
+// it memory or address space (RLIMIT_DATA, RLIMIT_AS) or a thread: "out
+// of memory" in its variants ("pageAlloc: out of memory", "out of memory
+// (stackalloc)", …), "cannot allocate memory", "cannot map pages in arena
+// address space", "failed to reserve page summary memory", "memory
+// reservation exceeds address space limit", "failed to create new OS
+// thread".
+var outOfMemory = regexp.MustCompile(`(?m)^(fatal error: |runtime: ).*(out of memory|cannot allocate memory|address space|page summary memory|new OS thread)`)
+
+func isOutOfMemory(s string) bool { return outOfMemory.MatchString(s) }
 
 // errArgTimeout is the cause when the call's own timeoutMs expires.
 var errArgTimeout = errors.New("timeoutMs expired")
