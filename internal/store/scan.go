@@ -1,0 +1,136 @@
+package store
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// The columns ScanCall, ScanApproval and scanAudit read, in their order.
+const (
+	CallColumns = `caller_id, tool_call_id, tool_name, arguments_digest, arguments, context, state, result,
+	approval_id, owner, created_at, updated_at, expires_at, trace_id`
+	ApprovalColumns = `id, caller_id, tool_call_id, tool_name, tier, rule, reason, arguments_digest, arguments, context,
+	status, created_at, expires_at, decided_at, decided_by, decision_reason, filed`
+	AuditColumns = `id, time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
+	status, code, duration_ms, arguments_digest, issuer, subject`
+)
+
+// SelectCallSQL reads one call record by its key.
+const SelectCallSQL = `SELECT ` + CallColumns + ` FROM calls WHERE caller_id = $1 AND tool_call_id = $2`
+
+// found maps a row that is not there (database/sql's ErrNoRows, which
+// pgx's wraps) to registry.ErrNotFound.
+func found(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return registry.ErrNotFound
+	}
+	return err
+}
+
+// ScanTime returns a scan destination for a stored time: microseconds
+// since the epoch (SQLite), a time.Time (PostgreSQL, through pgx's
+// database/sql support), and 0 or NULL for the zero time. Times read are
+// UTC.
+func ScanTime(t *time.Time) sql.Scanner { return (*timeDest)(t) }
+
+type timeDest time.Time
+
+func (d *timeDest) Scan(v any) error {
+	switch v := v.(type) {
+	case nil:
+		*d = timeDest{}
+	case int64:
+		if v == 0 {
+			*d = timeDest{}
+		} else {
+			*d = timeDest(time.UnixMicro(v).UTC())
+		}
+	case time.Time:
+		*d = timeDest(v.UTC())
+	default:
+		return fmt.Errorf("store: a stored time is %T, want microseconds, a time or NULL", v)
+	}
+	return nil
+}
+
+// ScanCall reads a row of CallColumns; no row is registry.ErrNotFound.
+func ScanCall(row Row) (*registry.CallRecord, error) {
+	var (
+		c                     registry.CallRecord
+		args, ctxJSON, result []byte
+	)
+	err := row.Scan(&c.CallerID, &c.ToolCallID, &c.ToolName, &c.ArgumentsDigest, &args, &ctxJSON, &c.State, &result,
+		&c.ApprovalID, &c.Owner, ScanTime(&c.CreatedAt), ScanTime(&c.UpdatedAt), ScanTime(&c.ExpiresAt), &c.TraceID)
+	if err != nil {
+		return nil, found(err)
+	}
+	if err := DecodeCall(&c, args, ctxJSON, result); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// DecodeCall sets the fields of c that are stored encoded: its arguments,
+// context and result.
+func DecodeCall(c *registry.CallRecord, args, ctxJSON, result []byte) error {
+	var err error
+	c.Arguments = args
+	if c.Context, err = DecodeContext(ctxJSON); err != nil {
+		return err
+	}
+	c.Result, err = DecodeResult(result)
+	return err
+}
+
+// ScanApproval reads a row of ApprovalColumns; no row is
+// registry.ErrNotFound.
+func ScanApproval(row Row) (*registry.Approval, error) {
+	var (
+		a                    registry.Approval
+		args, ctxJSON, filed []byte
+	)
+	err := row.Scan(&a.ID, &a.CallerID, &a.ToolCallID, &a.ToolName, &a.Tier, &a.Rule, &a.Reason, &a.ArgumentsDigest,
+		&args, &ctxJSON, &a.Status, ScanTime(&a.CreatedAt), ScanTime(&a.ExpiresAt), ScanTime(&a.DecidedAt),
+		&a.DecidedBy, &a.DecisionReason, &filed)
+	if err != nil {
+		return nil, found(err)
+	}
+	a.Arguments = args
+	if a.Context, err = DecodeContext(ctxJSON); err != nil {
+		return nil, err
+	}
+	if a.Filed, err = DecodeFiling(filed); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// scanAudit reads a row of AuditColumns.
+func scanAudit(row Row) (*registry.AuditEntry, error) {
+	var e registry.AuditEntry
+	err := row.Scan(&e.ID, ScanTime(&e.Time), &e.Event, &e.CallerID, &e.ToolCallID, &e.ToolName, &e.Tier, &e.Decision, &e.Rule,
+		&e.Status, &e.Code, &e.DurationMs, &e.ArgumentsDigest, &e.Issuer, &e.Subject)
+	return &e, err
+}
+
+// callKey is a call found for an update: its key and tool.
+type callKey struct{ caller, id, tool string }
+
+// scanKeys reads rows of caller_id, tool_call_id, tool_name and closes
+// them.
+func scanKeys(rows Rows) ([]callKey, error) {
+	defer rows.Close()
+	var keys []callKey
+	for rows.Next() {
+		var k callKey
+		if err := rows.Scan(&k.caller, &k.id, &k.tool); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, rows.Err()
+}
