@@ -120,17 +120,32 @@ func scanAudit(row Row) (*registry.AuditEntry, error) {
 // callKey is a call found for an update: its key and tool.
 type callKey struct{ caller, id, tool string }
 
-// scanKeys reads rows of caller_id, tool_call_id, tool_name and closes
-// them.
-func scanKeys(rows Rows) ([]callKey, error) {
-	defer rows.Close()
-	var keys []callKey
-	for rows.Next() {
+// scanKeys reads the answer of a query for caller_id, tool_call_id,
+// tool_name.
+func scanKeys(rows Rows, err error) ([]callKey, error) {
+	return collect(rows, err, func(row Row) (callKey, error) {
 		var k callKey
-		if err := rows.Scan(&k.caller, &k.id, &k.tool); err != nil {
+		return k, row.Scan(&k.caller, &k.id, &k.tool)
+	})
+}
+
+// collect reads every row of a query's answer (rows, or its error) with
+// scan, and closes the rows; no row is an empty slice.
+func collect[T any](rows Rows, err error, scan func(Row) (T, error)) ([]T, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
 			return nil, err
 		}
-		keys = append(keys, k)
+		out = append(out, v)
 	}
-	return keys, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -158,19 +158,10 @@ func (s *SQL) ListSpills(ctx context.Context, callerID, toolCallID string) ([]*r
 	rows, err := s.Read.Query(ctx, `SELECT `+spillColumns+` FROM spills
 		WHERE caller_id = $1 AND tool_call_id = $2 AND complete AND expires_at > $3 ORDER BY stream`,
 		callerID, toolCallID, s.Time(s.Clock()))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*registry.SpillInfo
-	for rows.Next() {
+	return collect(rows, err, func(row Row) (*registry.SpillInfo, error) {
 		in := &registry.SpillInfo{CallerID: callerID, ToolCallID: toolCallID}
-		if err := scanSpill(rows, in); err != nil {
-			return nil, err
-		}
-		out = append(out, in)
-	}
-	return out, rows.Err()
+		return in, scanSpill(row, in)
+	})
 }
 
 // DeleteExpiredSpills implements registry.SpillStore.

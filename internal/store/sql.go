@@ -140,11 +140,7 @@ func (s *SQL) interrupt(ctx context.Context, callerID, toolCallID string) (int, 
 		if toolCallID != "" {
 			q += ` AND caller_id = ` + p.add(callerID) + ` AND tool_call_id = ` + p.add(toolCallID)
 		}
-		rows, err := tx.Query(ctx, q+` LIMIT `+p.add(interruptBatch), p...)
-		if err != nil {
-			return err
-		}
-		keys, err := scanKeys(rows)
+		keys, err := scanKeys(tx.Query(ctx, q+` LIMIT `+p.add(interruptBatch), p...))
 		if err != nil {
 			return err
 		}
@@ -209,19 +205,13 @@ func (s *SQL) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([]*
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
 	rows, err := s.Read.Query(ctx, q+` ORDER BY created_at, id LIMIT `+p.add(Limit(f.Limit)), p...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []*registry.Approval{}
-	for rows.Next() {
-		a, err := ScanApproval(rows)
+	return collect(rows, err, func(row Row) (*registry.Approval, error) {
+		a, err := ScanApproval(row)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, EffectiveApproval(a, now))
-	}
-	return out, rows.Err()
+		return EffectiveApproval(a, now), nil
+	})
 }
 
 // ListAudit implements registry.Store.
@@ -239,19 +229,7 @@ func (s *SQL) ListAudit(ctx context.Context, f registry.AuditFilter) ([]*registr
 	}
 	rows, err := s.Read.Query(ctx, `SELECT `+AuditColumns+` FROM audit WHERE `+strings.Join(where, ` AND `)+
 		` ORDER BY id LIMIT `+p.add(Limit(f.Limit)), p...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []*registry.AuditEntry{}
-	for rows.Next() {
-		e, err := scanAudit(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return collect(rows, err, scanAudit)
 }
 
 // InsertApprovalSQL files a pending approval request; its parameters are
@@ -370,12 +348,8 @@ func (s *SQL) expire(ctx context.Context, tx Tx, now time.Time, id string) ([]st
 	if id != "" {
 		cond = ` AND approval_id = ` + p.add(id)
 	}
-	rows, err := tx.Query(ctx, `SELECT caller_id, tool_call_id, tool_name FROM calls
-		WHERE state = 'pending_approval' AND expires_at <= $1`+cond+` LIMIT 1000`, p...)
-	if err != nil {
-		return nil, err
-	}
-	keys, err := scanKeys(rows)
+	keys, err := scanKeys(tx.Query(ctx, `SELECT caller_id, tool_call_id, tool_name FROM calls
+		WHERE state = 'pending_approval' AND expires_at <= $1`+cond+` LIMIT 1000`, p...))
 	if err != nil {
 		return nil, err
 	}
