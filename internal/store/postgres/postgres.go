@@ -403,7 +403,7 @@ func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
 // from the database (its own included), for tests and metrics.
 func (s *Store) Notifications() uint64 { return s.notifications.Load() }
 
-func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+func (s *Store) clock() time.Time { return store.Micro(s.now()) }
 
 // pgTime is the stored form of a time (store.Dialect.Time): NULL for the
 // zero time.

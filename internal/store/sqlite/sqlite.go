@@ -165,7 +165,8 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 			Time: func(t time.Time) any { return micro(t) },
 			// Every running call not owned by this store was left by a
 			// process that is gone, since the file lock admits one process
-			// at a time.
+			// at a time. ($3 goes unused: the driver binds parameters by
+			// number and lets extra ones be.)
 			Lapsed:     `(owner <> $2 OR expires_at <= $1)`,
 			KeepLeased: true,
 		},
@@ -327,7 +328,7 @@ func micro(t time.Time) int64 {
 	return t.UnixMicro()
 }
 
-func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+func (s *Store) clock() time.Time { return store.Micro(s.now()) }
 
 // The statements of the group commit, prepared once on the writer
 // connection: parsing them anew costs more than running them.
