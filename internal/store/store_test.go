@@ -166,3 +166,27 @@ func TestRunRetention(t *testing.T) {
 	cancel()
 	<-stopped
 }
+
+// TestScanTime: a stored time reads back from microseconds (SQLite), a
+// time (PostgreSQL), and 0 or NULL as the zero time; anything else fails.
+func TestScanTime(t *testing.T) {
+	at := time.Date(2026, 11, 23, 22, 52, 16, 123456000, time.UTC)
+	for _, tc := range []struct {
+		in   any
+		want time.Time
+	}{
+		{at.UnixMicro(), at},
+		{int64(0), time.Time{}},
+		{nil, time.Time{}},
+		{at.In(time.FixedZone("CET", 3600)), at},
+	} {
+		got := time.Now()
+		if err := store.ScanTime(&got).Scan(tc.in); err != nil || !got.Equal(tc.want) || got.Location() != time.UTC {
+			t.Errorf("Scan(%#v) = %v, %v; want %v in UTC", tc.in, got, err, tc.want)
+		}
+	}
+	var got time.Time
+	if err := store.ScanTime(&got).Scan("2026-11-23"); err == nil {
+		t.Errorf("Scan of a string = %v, want an error", got)
+	}
+}

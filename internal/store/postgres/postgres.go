@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,6 +87,7 @@ type Store struct {
 	hub     *store.Hub
 	leases  *store.Leases
 	commit  *store.Committer[*pgx.Batch]
+	sql     *store.SQL
 
 	notifications atomic.Uint64
 
@@ -177,6 +177,26 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		s.pool.Close()
 		return nil, fmt.Errorf("postgres store: listening for notifications: %w", err)
 	}
+	s.sql = &store.SQL{
+		Dialect: store.Dialect{
+			Time:     pgTime,
+			Announce: s.announce,
+			// Its lease has lapsed, or this replica (under a stable
+			// InstanceID) started it in an earlier life.
+			Lapsed: `(expires_at <= $1 OR (owner = $2 AND updated_at < $3))`,
+		},
+		Read:  runner{s.pool},
+		Write: runner{s.pool},
+		InTx: func(ctx context.Context, fn func(tx store.Tx) error) error {
+			return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(runner{tx}) })
+		},
+		Hub:    s.hub,
+		Leases: s.leases,
+		ID:     s.id,
+		Opened: s.opened,
+		Lease:  s.lease,
+		Now:    s.now,
+	}
 	s.commit = store.NewCommitter(store.CommitOptions[*pgx.Batch]{
 		InTx: s.inTx,
 		// No savepoints: the writes of a transaction are sent in one
@@ -215,6 +235,40 @@ func (s *Store) inTx(ctx context.Context, fn func(b *pgx.Batch) error) error {
 		return err
 	}
 	return s.pool.SendBatch(ctx, b).Close()
+}
+
+// runner runs the shared statements (store.Tx) on the pool or a
+// transaction.
+type runner struct {
+	q interface {
+		Exec(ctx context.Context, q string, args ...any) (pgconn.CommandTag, error)
+		Query(ctx context.Context, q string, args ...any) (pgx.Rows, error)
+		QueryRow(ctx context.Context, q string, args ...any) pgx.Row
+	}
+}
+
+func (c runner) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	tag, err := c.q.Exec(ctx, q, args...)
+	return tag.RowsAffected(), err
+}
+
+func (c runner) QueryRow(ctx context.Context, q string, args ...any) store.Row {
+	return c.q.QueryRow(ctx, q, args...)
+}
+
+func (c runner) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+	r, err := c.q.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// announce notifies the store's channel of keys at tx's commit
+// (store.Dialect.Announce).
+func (s *Store) announce(ctx context.Context, tx store.Tx, keys []string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_notify($1, k) FROM unnest($2::text[]) AS k`, s.channel, keys)
+	return err
 }
 
 // CommitStats returns how many group-commit transactions the store has
@@ -349,58 +403,15 @@ func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
 // from the database (its own included), for tests and metrics.
 func (s *Store) Notifications() uint64 { return s.notifications.Load() }
 
-func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+func (s *Store) clock() time.Time { return store.Micro(s.now()) }
 
-func utc(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
-
-// nullTime stores the zero time as NULL.
-func nullTime(t time.Time) *time.Time {
+// pgTime is the stored form of a time (store.Dialect.Time): NULL for the
+// zero time.
+func pgTime(t time.Time) any {
 	if t.IsZero() {
 		return nil
 	}
-	u := utc(t)
-	return &u
-}
-
-func fromNull(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return t.UTC()
-}
-
-const callColumns = `caller_id, tool_call_id, tool_name, arguments_digest, arguments, context, state, result,
-	approval_id, owner, created_at, updated_at, expires_at, trace_id`
-
-func scanCall(row pgx.Row) (*registry.CallRecord, error) {
-	var (
-		c                     registry.CallRecord
-		args, ctxJSON, result []byte
-		expires               *time.Time
-	)
-	err := row.Scan(&c.CallerID, &c.ToolCallID, &c.ToolName, &c.ArgumentsDigest, &args, &ctxJSON, &c.State, &result,
-		&c.ApprovalID, &c.Owner, &c.CreatedAt, &c.UpdatedAt, &expires, &c.TraceID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, registry.ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	c.Arguments = args
-	if c.Context, err = store.DecodeContext(ctxJSON); err != nil {
-		return nil, err
-	}
-	if c.Result, err = store.DecodeResult(result); err != nil {
-		return nil, err
-	}
-	c.CreatedAt, c.UpdatedAt, c.ExpiresAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC(), fromNull(expires)
-	return &c, nil
-}
-
-func (s *Store) getCall(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, callerID, toolCallID string) (*registry.CallRecord, error) {
-	return scanCall(q.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE caller_id = $1 AND tool_call_id = $2`, callerID, toolCallID))
+	return store.Micro(t)
 }
 
 // BeginCall implements registry.Store with INSERT … ON CONFLICT DO
@@ -429,14 +440,14 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 		err = s.commit.Do(ctx, len(c.Arguments)+len(result)+len(cctx)+256, func(ctx context.Context, b *pgx.Batch) error {
 			created, existing = false, nil
 			b.Queue(`WITH ins AS (
-					INSERT INTO calls (`+callColumns+`)
+					INSERT INTO calls (`+store.CallColumns+`)
 					VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13)
 					ON CONFLICT (caller_id, tool_call_id) DO NOTHING RETURNING 1)
 				SELECT true, `+nullColumns+` FROM ins
-				UNION ALL SELECT false, `+callColumns+` FROM calls
+				UNION ALL SELECT false, `+store.CallColumns+` FROM calls
 					WHERE caller_id = $1 AND tool_call_id = $2 AND NOT EXISTS (SELECT 1 FROM ins)`,
 				c.CallerID, c.ToolCallID, c.ToolName, c.ArgumentsDigest, []byte(c.Arguments), cctx,
-				string(c.State), result, c.ApprovalID, c.Owner, now, nullTime(c.ExpiresAt), c.TraceID).QueryRow(func(row pgx.Row) error {
+				string(c.State), result, c.ApprovalID, c.Owner, now, pgTime(c.ExpiresAt), c.TraceID).QueryRow(func(row pgx.Row) error {
 				var err error
 				created, existing, err = scanBegin(row)
 				return err
@@ -453,7 +464,7 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 			return &c, true, nil
 		}
 		if existing == nil {
-			existing, err = s.getCall(ctx, s.pool, c.CallerID, c.ToolCallID)
+			existing, err = s.sql.Call(ctx, s.sql.Read, c.CallerID, c.ToolCallID)
 		}
 		if errors.Is(err, registry.ErrNotFound) && attempt < 3 {
 			continue // deleted by retention between the two statements
@@ -465,7 +476,7 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 	}
 }
 
-// nullColumns fills the columns of callColumns in the row that says the
+// nullColumns fills the columns of store.CallColumns in the row that says the
 // insert took place (its record is the one BeginCall inserted).
 const nullColumns = `NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL`
 
@@ -477,10 +488,9 @@ func scanBegin(row pgx.Row) (bool, *registry.CallRecord, error) {
 		c                                                                         registry.CallRecord
 		callerID, toolCallID, toolName, digest, state, approvalID, owner, traceID *string
 		args, ctxJSON, result                                                     []byte
-		createdAt, updatedAt, expires                                             *time.Time
 	)
 	err := row.Scan(&created, &callerID, &toolCallID, &toolName, &digest, &args, &ctxJSON, &state, &result,
-		&approvalID, &owner, &createdAt, &updatedAt, &expires, &traceID)
+		&approvalID, &owner, store.ScanTime(&c.CreatedAt), store.ScanTime(&c.UpdatedAt), store.ScanTime(&c.ExpiresAt), &traceID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil, nil
 	}
@@ -489,14 +499,9 @@ func scanBegin(row pgx.Row) (bool, *registry.CallRecord, error) {
 	}
 	c.CallerID, c.ToolCallID, c.ToolName, c.ArgumentsDigest = *callerID, *toolCallID, *toolName, *digest
 	c.State, c.ApprovalID, c.Owner, c.TraceID = registry.CallState(*state), *approvalID, *owner, *traceID
-	c.Arguments = args
-	if c.Context, err = store.DecodeContext(ctxJSON); err != nil {
+	if err := store.DecodeCall(&c, args, ctxJSON, result); err != nil {
 		return false, nil, err
 	}
-	if c.Result, err = store.DecodeResult(result); err != nil {
-		return false, nil, err
-	}
-	c.CreatedAt, c.UpdatedAt, c.ExpiresAt = createdAt.UTC(), updatedAt.UTC(), fromNull(expires)
 	return false, &c, nil
 }
 
@@ -518,11 +523,11 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 		b.Queue(`WITH u AS (
 				UPDATE calls SET state = 'done', result = $1, owner = '', expires_at = NULL, updated_at = $2
 				WHERE caller_id = $3 AND tool_call_id = $4 AND (state = 'pending_approval' OR (state = 'running' AND owner = $5))
-				RETURNING `+callColumns+`)
+				RETURNING `+store.CallColumns+`)
 			SELECT u.* FROM u CROSS JOIN LATERAL (SELECT pg_notify($6, $7)) AS n`,
 			result, now, callerID, toolCallID, s.id, s.channel, key).QueryRow(func(row pgx.Row) error {
 			var err error
-			if rec, err = scanCall(row); errors.Is(err, registry.ErrNotFound) {
+			if rec, err = store.ScanCall(row); errors.Is(err, registry.ErrNotFound) {
 				return nil
 			}
 			return err
@@ -539,7 +544,7 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 		s.hub.Notify(key)
 		return rec, true, nil
 	}
-	rec, err = s.getCall(ctx, s.pool, callerID, toolCallID)
+	rec, err = s.sql.Call(ctx, s.sql.Read, callerID, toolCallID)
 	if err != nil {
 		return nil, false, err
 	}
@@ -549,11 +554,7 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 
 // GetCall implements registry.Store.
 func (s *Store) GetCall(ctx context.Context, callerID, toolCallID string) (*registry.CallRecord, error) {
-	rec, err := s.getCall(ctx, s.pool, callerID, toolCallID)
-	if err != nil {
-		return nil, err
-	}
-	return store.EffectiveCall(rec, s.clock()), nil
+	return s.sql.GetCall(ctx, callerID, toolCallID)
 }
 
 // WaitCall implements registry.Store. Waiters wake on NOTIFY from any
@@ -564,7 +565,7 @@ func (s *Store) WaitCall(ctx context.Context, callerID, toolCallID string) (*reg
 		Hub: s.hub,
 		Get: func(ctx context.Context) (*registry.CallRecord, error) { return s.GetCall(ctx, callerID, toolCallID) },
 		Interrupt: func(ctx context.Context, rec *registry.CallRecord) error {
-			_, err := s.interrupt(ctx, []callKey{{rec.CallerID, rec.ToolCallID, rec.ToolName}})
+			_, err := s.sql.Interrupt(ctx, rec.CallerID, rec.ToolCallID)
 			return err
 		},
 		Now:     s.now,
@@ -572,64 +573,11 @@ func (s *Store) WaitCall(ctx context.Context, callerID, toolCallID string) (*reg
 	})
 }
 
-type callKey struct{ caller, id, tool string }
-
-// lapsed is the condition for ending a running call: its lease has lapsed,
-// or this replica (under a stable InstanceID) started it in an earlier life.
-const lapsed = `state = 'running' AND (expires_at <= $1 OR (owner = $2 AND updated_at < $3))`
-
-// interrupt ends the given running calls if they still meet lapsed; each
-// update is conditional, so replicas racing to end a call end it once.
-func (s *Store) interrupt(ctx context.Context, keys []callKey) (int, error) {
-	if len(keys) == 0 {
-		return 0, nil
-	}
-	now := s.clock()
-	b := &pgx.Batch{}
-	for _, k := range keys {
-		result, err := store.EncodeResult(registry.InterruptedResult(k.id, k.tool))
-		if err != nil {
-			return 0, err
-		}
-		b.Queue(`WITH u AS (
-				UPDATE calls SET state = 'done', result = $4, owner = '', expires_at = NULL, updated_at = $1
-				WHERE caller_id = $5 AND tool_call_id = $6 AND `+lapsed+` RETURNING 1)
-			SELECT count(*) FROM u CROSS JOIN LATERAL (SELECT pg_notify($7, $8)) AS n`,
-			now, s.id, s.opened, result, k.caller, k.id, s.channel, store.Key(k.caller, k.id))
-	}
-	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	ended := 0
-	for _, k := range keys {
-		var n int
-		if err := br.QueryRow().Scan(&n); err != nil {
-			return ended, err
-		}
-		if n == 1 {
-			ended++
-			s.hub.Notify(store.Key(k.caller, k.id))
-		}
-	}
-	return ended, br.Close()
-}
-
 // InterruptRunning implements registry.Store: it ends running calls whose
 // lease has lapsed (their replica stopped renewing it), and those an
 // earlier life of this replica left behind.
 func (s *Store) InterruptRunning(ctx context.Context) (int, error) {
-	rows, err := s.pool.Query(ctx, `SELECT caller_id, tool_call_id, tool_name FROM calls WHERE `+lapsed+` LIMIT 1000`,
-		s.clock(), s.id, s.opened)
-	if err != nil {
-		return 0, err
-	}
-	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (callKey, error) {
-		var k callKey
-		return k, r.Scan(&k.caller, &k.id, &k.tool)
-	})
-	if err != nil {
-		return 0, err
-	}
-	return s.interrupt(ctx, keys)
+	return s.sql.Interrupt(ctx, "", "")
 }
 
 // renew extends the leases of the calls this process runs, and only
@@ -649,34 +597,6 @@ func (s *Store) renew(ctx context.Context, keys []store.CallKey) error {
 // ReleaseCall implements registry.Store.
 func (s *Store) ReleaseCall(callerID, toolCallID string) { s.leases.Remove(callerID, toolCallID) }
 
-const approvalColumns = `id, caller_id, tool_call_id, tool_name, tier, rule, reason, arguments_digest, arguments, context,
-	status, created_at, expires_at, decided_at, decided_by, decision_reason, filed`
-
-func scanApproval(row pgx.Row) (*registry.Approval, error) {
-	var (
-		a                    registry.Approval
-		args, ctxJSON, filed []byte
-		decided              *time.Time
-	)
-	err := row.Scan(&a.ID, &a.CallerID, &a.ToolCallID, &a.ToolName, &a.Tier, &a.Rule, &a.Reason, &a.ArgumentsDigest,
-		&args, &ctxJSON, &a.Status, &a.CreatedAt, &a.ExpiresAt, &decided, &a.DecidedBy, &a.DecisionReason, &filed)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, registry.ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	a.Arguments = args
-	if a.Context, err = store.DecodeContext(ctxJSON); err != nil {
-		return nil, err
-	}
-	if a.Filed, err = store.DecodeFiling(filed); err != nil {
-		return nil, err
-	}
-	a.CreatedAt, a.ExpiresAt, a.DecidedAt = a.CreatedAt.UTC(), a.ExpiresAt.UTC(), fromNull(decided)
-	return &a, nil
-}
-
 // CreateApproval implements registry.Store.
 func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error {
 	now := s.clock()
@@ -684,11 +604,7 @@ func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error 
 	if err != nil {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO approvals (id, caller_id, tool_call_id, tool_name, tier, rule, reason,
-		arguments_digest, arguments, context, status, created_at, updated_at, expires_at, filed)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14)`,
-		a.ID, a.CallerID, a.ToolCallID, a.ToolName, string(a.Tier), a.Rule, a.Reason, a.ArgumentsDigest,
-		store.Arguments(a.Arguments), store.EncodeContext(a.Context), a.CreatedAt, now, a.ExpiresAt, filed)
+	_, err = s.pool.Exec(ctx, store.InsertApprovalSQL, s.sql.InsertApprovalArgs(a, filed, now)...)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" {
 		return fmt.Errorf("postgres store: approval %s already exists", a.ID)
@@ -698,210 +614,25 @@ func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error 
 
 // GetApproval implements registry.Store.
 func (s *Store) GetApproval(ctx context.Context, id string) (*registry.Approval, error) {
-	a, err := scanApproval(s.pool.QueryRow(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = $1`, id))
-	if err != nil {
-		return nil, err
-	}
-	return store.EffectiveApproval(a, s.clock()), nil
-}
-
-// params numbers query parameters.
-type params []any
-
-func (p *params) add(v any) string {
-	*p = append(*p, v)
-	return fmt.Sprintf("$%d", len(*p))
+	return s.sql.GetApproval(ctx, id)
 }
 
 // ListApprovals implements registry.Store.
 func (s *Store) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([]*registry.Approval, error) {
-	now := s.clock()
-	var where []string
-	var p params
-	switch f.Status {
-	case "":
-	case registry.ApprovalPending:
-		where = append(where, `status = 'pending' AND expires_at > `+p.add(now))
-	case registry.ApprovalExpired:
-		where = append(where, `(status = 'expired' OR (status = 'pending' AND expires_at <= `+p.add(now)+`))`)
-	default:
-		where = append(where, `status = `+p.add(string(f.Status)))
-	}
-	if f.CallerID != "" {
-		where = append(where, `caller_id = `+p.add(f.CallerID))
-	}
-	q := `SELECT ` + approvalColumns + ` FROM approvals`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, ` AND `)
-	}
-	q += ` ORDER BY created_at, id LIMIT ` + p.add(store.Limit(f.Limit))
-	rows, err := s.pool.Query(ctx, q, p...)
-	if err != nil {
-		return nil, err
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*registry.Approval, error) { return scanApproval(r) })
-	if err != nil {
-		return nil, err
-	}
-	for i, a := range out {
-		out[i] = store.EffectiveApproval(a, now)
-	}
-	return out, nil
+	return s.sql.ListApprovals(ctx, f)
 }
 
 // DecideApproval implements registry.Store. The UPDATE … WHERE status =
 // 'pending' takes the row lock; a racing decision waits for it, then finds
 // the row no longer pending, so exactly one wins across replicas. The call
-// record moves in the same transaction.
+// record moves, and is announced, in the same transaction.
 func (s *Store) DecideApproval(ctx context.Context, id string, v registry.Verdict, by, reason string, now time.Time) (*registry.Approval, bool, error) {
-	status, err := store.DecidedStatus(v)
-	if err != nil {
-		return nil, false, err
-	}
-	now = utc(now)
-	var (
-		a       *registry.Approval
-		won     bool
-		running bool
-		expired []string
-	)
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		a, err = scanApproval(tx.QueryRow(ctx, `UPDATE approvals
-			SET status = $1, decided_at = $2, decided_by = $3, decision_reason = $4, updated_at = $2
-			WHERE id = $5 AND status = 'pending' AND expires_at > $2
-			RETURNING `+approvalColumns, string(status), now, by, reason, id))
-		if errors.Is(err, registry.ErrNotFound) {
-			a, expired, err = s.notDecided(ctx, tx, id, now)
-			return err
-		}
-		if err != nil {
-			return err
-		}
-		won = true
-		key := store.Key(a.CallerID, a.ToolCallID)
-		clock := s.clock()
-		var tag pgconn.CommandTag
-		if status == registry.ApprovalApproved {
-			tag, err = tx.Exec(ctx, `UPDATE calls SET state = 'running', result = NULL, owner = $1, expires_at = $2, updated_at = $3
-				WHERE caller_id = $4 AND tool_call_id = $5 AND state = 'pending_approval'`,
-				s.id, clock.Add(s.lease), clock, a.CallerID, a.ToolCallID)
-			running = err == nil && tag.RowsAffected() == 1
-		} else {
-			var result []byte
-			if result, err = store.EncodeResult(registry.ApprovalDeniedResult(a.ToolCallID, a.ToolName, by, reason)); err != nil {
-				return err
-			}
-			_, err = tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $1, expires_at = NULL, updated_at = $2
-				WHERE caller_id = $3 AND tool_call_id = $4 AND state = 'pending_approval'`,
-				result, clock, a.CallerID, a.ToolCallID)
-		}
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.channel, key)
-		return err
-	})
-	if err != nil {
-		return nil, false, err
-	}
-	for _, k := range expired {
-		s.hub.Notify(k)
-	}
-	if won {
-		key := store.Key(a.CallerID, a.ToolCallID)
-		if running {
-			s.leases.Add(a.CallerID, a.ToolCallID)
-		}
-		s.hub.Notify(key)
-	}
-	return a, won, nil
-}
-
-// notDecided answers a decision that found no pending, unexpired request:
-// it expires a request that is past its time, and returns the request as
-// it stands.
-func (s *Store) notDecided(ctx context.Context, tx pgx.Tx, id string, now time.Time) (*registry.Approval, []string, error) {
-	a, err := scanApproval(tx.QueryRow(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = $1`, id))
-	if err != nil || a.Status != registry.ApprovalPending {
-		return a, nil, err
-	}
-	keys, err := s.expire(ctx, tx, now, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	return store.EffectiveApproval(a, now), keys, nil
-}
-
-// expire moves pending requests (one, when id is given) whose expiry is at
-// or before now to expired, and their pending calls to done, each update
-// conditional and notified at commit. It returns the keys of the calls it
-// ended, for waking local waiters after the commit.
-func (s *Store) expire(ctx context.Context, tx pgx.Tx, now time.Time, id string) ([]string, error) {
-	p := params{now}
-	cond := ``
-	if id != "" {
-		cond = ` AND id = ` + p.add(id)
-	}
-	if _, err := tx.Exec(ctx, `UPDATE approvals SET status = 'expired', decided_at = expires_at, updated_at = $1
-		WHERE status = 'pending' AND expires_at <= $1`+cond, p...); err != nil {
-		return nil, err
-	}
-	cond = ``
-	p = params{now}
-	if id != "" {
-		cond = ` AND approval_id = ` + p.add(id)
-	}
-	rows, err := tx.Query(ctx, `SELECT caller_id, tool_call_id, tool_name FROM calls
-		WHERE state = 'pending_approval' AND expires_at <= $1`+cond+` LIMIT 1000`, p...)
-	if err != nil {
-		return nil, err
-	}
-	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (callKey, error) {
-		var k callKey
-		return k, r.Scan(&k.caller, &k.id, &k.tool)
-	})
-	if err != nil {
-		return nil, err
-	}
-	ended := make([]string, 0, len(keys))
-	for _, k := range keys {
-		result, err := store.EncodeResult(registry.ApprovalExpiredResult(k.id, k.tool))
-		if err != nil {
-			return nil, err
-		}
-		if _, err := tx.Exec(ctx, `WITH u AS (
-				UPDATE calls SET state = 'done', result = $1, expires_at = NULL, updated_at = $2
-				WHERE caller_id = $3 AND tool_call_id = $4 AND state = 'pending_approval' RETURNING 1)
-			SELECT pg_notify($5, $6) FROM u`,
-			result, now, k.caller, k.id, s.channel, store.Key(k.caller, k.id)); err != nil {
-			return nil, err
-		}
-		ended = append(ended, store.Key(k.caller, k.id))
-	}
-	return ended, nil
+	return s.sql.DecideApproval(ctx, id, v, by, reason, now)
 }
 
 // ExpireApprovals implements registry.Store.
 func (s *Store) ExpireApprovals(ctx context.Context, now time.Time) (int, error) {
-	now = utc(now)
-	var n int
-	var keys []string
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM approvals WHERE status = 'pending' AND expires_at <= $1`, now).Scan(&n); err != nil {
-			return err
-		}
-		var err error
-		keys, err = s.expire(ctx, tx, now, "")
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	for _, k := range keys {
-		s.hub.Notify(k)
-	}
-	return n, nil
+	return s.sql.ExpireApprovals(ctx, now)
 }
 
 // AppendAudit implements registry.Store.
@@ -927,35 +658,12 @@ func (s *Store) AppendAudit(ctx context.Context, e *registry.AuditEntry) error {
 
 // ListAudit implements registry.Store.
 func (s *Store) ListAudit(ctx context.Context, f registry.AuditFilter) ([]*registry.AuditEntry, error) {
-	var p params
-	where := []string{`id > ` + p.add(f.AfterID)}
-	if f.CallerID != "" {
-		where = append(where, `caller_id = `+p.add(f.CallerID))
-	}
-	if f.ToolName != "" {
-		where = append(where, `tool_name = `+p.add(f.ToolName))
-	}
-	if !f.Since.IsZero() {
-		where = append(where, `time >= `+p.add(utc(f.Since)))
-	}
-	rows, err := s.pool.Query(ctx, `SELECT id, time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
-		status, code, duration_ms, arguments_digest, issuer, subject FROM audit WHERE `+strings.Join(where, ` AND `)+
-		` ORDER BY id LIMIT `+p.add(store.Limit(f.Limit)), p...)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*registry.AuditEntry, error) {
-		var e registry.AuditEntry
-		err := r.Scan(&e.ID, &e.Time, &e.Event, &e.CallerID, &e.ToolCallID, &e.ToolName, &e.Tier, &e.Decision, &e.Rule,
-			&e.Status, &e.Code, &e.DurationMs, &e.ArgumentsDigest, &e.Issuer, &e.Subject)
-		e.Time = e.Time.UTC()
-		return &e, err
-	})
+	return s.sql.ListAudit(ctx, f)
 }
 
 // DeleteExpired implements registry.Store.
 func (s *Store) DeleteExpired(ctx context.Context, before time.Time) (int64, error) {
-	before = utc(before)
+	before = store.Micro(before)
 	var total int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// Probe rows of instances long gone; not counted as retention.

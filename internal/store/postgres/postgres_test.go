@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
 	"github.com/toolsvc/toolsvc/internal/store/storetest"
 )
@@ -76,6 +77,12 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) registry.Store {
 		return open(t, postgres.Options{URL: url, Schema: newSchema(t, url)})
 	})
+}
+
+// TestOrphanedRecordOfThisProcessExpires runs storetest.RunOrphanedLease.
+func TestOrphanedRecordOfThisProcessExpires(t *testing.T) {
+	url := testURL(t)
+	storetest.RunOrphanedLease(t, open(t, postgres.Options{URL: url, Schema: newSchema(t, url), Lease: 300 * time.Millisecond}))
 }
 
 func TestRestart(t *testing.T) { storetest.RunRestart(t, sharedDB) }
@@ -212,4 +219,26 @@ func BenchmarkStore(b *testing.B) {
 	url := testURL(b)
 	s := open(b, postgres.Options{URL: url, Schema: newSchema(b, url)})
 	storetest.Benchmark(b, s)
+}
+
+// TestScanTime: pgx scans a timestamptz, and NULL, into store.ScanTime (a
+// database/sql Scanner), as the shared scanners rely on.
+func TestScanTime(t *testing.T) {
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	want := time.Date(2026, 11, 23, 22, 52, 16, 123456000, time.FixedZone("CET", 3600))
+	got, null := time.Time{}, time.Now()
+	if err := conn.QueryRow(ctx, `SELECT $1::timestamptz, NULL::timestamptz`, want).Scan(store.ScanTime(&got), store.ScanTime(&null)); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Equal(want) || got.Location() != time.UTC {
+		t.Errorf("timestamptz scanned as %v, want %v in UTC", got, want)
+	}
+	if !null.IsZero() {
+		t.Errorf("NULL scanned as %v, want the zero time", null)
+	}
 }

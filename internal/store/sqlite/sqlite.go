@@ -78,6 +78,7 @@ type Store struct {
 	leases *store.Leases
 	commit *store.Committer[*sql.Tx]
 	stmts  map[string]*sql.Stmt // preparedSQL on w
+	sql    *store.SQL
 
 	stop      context.CancelFunc
 	done      chan struct{}
@@ -159,6 +160,27 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 		lock.Close()
 		return nil, fmt.Errorf("sqlite store %s: %w", abs, err)
 	}
+	s.sql = &store.SQL{
+		Dialect: store.Dialect{
+			Time: func(t time.Time) any { return micro(t) },
+			// Every running call not owned by this store was left by a
+			// process that is gone, since the file lock admits one process
+			// at a time. ($3 goes unused: the driver binds parameters by
+			// number and lets extra ones be.)
+			Lapsed:     `(owner <> $2 OR expires_at <= $1)`,
+			KeepLeased: true,
+		},
+		Read:  runner{s.r},
+		Write: runner{s.w},
+		InTx: func(ctx context.Context, fn func(tx store.Tx) error) error {
+			return s.inTx(ctx, func(tx *sql.Tx) error { return fn(runner{tx}) })
+		},
+		Hub:    s.hub,
+		Leases: s.leases,
+		ID:     s.id,
+		Lease:  s.lease,
+		Now:    s.now,
+	}
 	s.commit = store.NewCommitter(store.CommitOptions[*sql.Tx]{
 		InTx: s.inTx,
 		Exec: func(ctx context.Context, tx *sql.Tx, q string) error {
@@ -193,6 +215,40 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	return tx.Commit()
 }
+
+// runner runs the shared statements (store.Tx) on the database or a
+// transaction.
+type runner struct {
+	q interface {
+		ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
+		QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+		QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+	}
+}
+
+func (c runner) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	r, err := c.q.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
+
+func (c runner) QueryRow(ctx context.Context, q string, args ...any) store.Row {
+	return c.q.QueryRowContext(ctx, q, args...)
+}
+
+func (c runner) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+	r, err := c.q.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return rows{r}, nil
+}
+
+type rows struct{ *sql.Rows }
+
+func (r rows) Close() { _ = r.Rows.Close() }
 
 // CommitStats returns how many group-commit transactions the store has
 // run and how many writes they held.
@@ -263,8 +319,8 @@ func appliedVersions(ctx context.Context, db *sql.DB) ([]int, error) {
 	return out, rows.Err()
 }
 
-// micro and fromMicro convert times to the stored form: microseconds since
-// the epoch, 0 for the zero time.
+// micro is the stored form of a time (store.Dialect.Time): microseconds
+// since the epoch, 0 for the zero time.
 func micro(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
@@ -272,31 +328,20 @@ func micro(t time.Time) int64 {
 	return t.UnixMicro()
 }
 
-func fromMicro(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMicro(v).UTC()
-}
-
-func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
-
-const callColumns = `caller_id, tool_call_id, tool_name, arguments_digest, arguments, context, state, result,
-	approval_id, owner, created_at, updated_at, expires_at, trace_id`
+func (s *Store) clock() time.Time { return store.Micro(s.now()) }
 
 // The statements of the group commit, prepared once on the writer
 // connection: parsing them anew costs more than running them.
 const (
-	insertCallSQL = `INSERT INTO calls (` + callColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	insertCallSQL = `INSERT INTO calls (` + store.CallColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (caller_id, tool_call_id) DO NOTHING`
-	selectCallSQL = `SELECT ` + callColumns + ` FROM calls WHERE caller_id = ? AND tool_call_id = ?`
 	finishCallSQL = `UPDATE calls SET state = 'done', result = ?, owner = '', expires_at = 0, updated_at = ?
 		WHERE caller_id = ? AND tool_call_id = ? AND (state = 'pending_approval' OR (state = 'running' AND owner = ?))`
 	insertAuditSQL = `INSERT INTO audit (time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
 		status, code, duration_ms, arguments_digest, issuer, subject) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`
 )
 
-var preparedSQL = []string{insertCallSQL, selectCallSQL, finishCallSQL, insertAuditSQL, `SAVEPOINT op`, `RELEASE op`, `ROLLBACK TO op`}
+var preparedSQL = []string{insertCallSQL, store.SelectCallSQL, finishCallSQL, insertAuditSQL, `SAVEPOINT op`, `RELEASE op`, `ROLLBACK TO op`}
 
 // prepare prepares preparedSQL on the writer connection.
 func (s *Store) prepare(ctx context.Context) error {
@@ -314,33 +359,6 @@ func (s *Store) prepare(ctx context.Context) error {
 // stmt returns the prepared statement q bound to tx.
 func (s *Store) stmt(ctx context.Context, tx *sql.Tx, q string) *sql.Stmt {
 	return tx.StmtContext(ctx, s.stmts[q])
-}
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanCall(row scanner) (*registry.CallRecord, error) {
-	var (
-		c                         registry.CallRecord
-		args, ctxJSON, result     []byte
-		created, updated, expires int64
-	)
-	err := row.Scan(&c.CallerID, &c.ToolCallID, &c.ToolName, &c.ArgumentsDigest, &args, &ctxJSON, &c.State, &result,
-		&c.ApprovalID, &c.Owner, &created, &updated, &expires, &c.TraceID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, registry.ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	c.Arguments = args
-	if c.Context, err = store.DecodeContext(ctxJSON); err != nil {
-		return nil, err
-	}
-	if c.Result, err = store.DecodeResult(result); err != nil {
-		return nil, err
-	}
-	c.CreatedAt, c.UpdatedAt, c.ExpiresAt = fromMicro(created), fromMicro(updated), fromMicro(expires)
-	return &c, nil
 }
 
 // BeginCall implements registry.Store.
@@ -365,7 +383,7 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 		if n, _ := r.RowsAffected(); n == 1 {
 			return nil
 		}
-		existing, err = scanCall(s.stmt(ctx, tx, selectCallSQL).QueryRowContext(ctx, c.CallerID, c.ToolCallID))
+		existing, err = store.ScanCall(s.stmt(ctx, tx, store.SelectCallSQL).QueryRowContext(ctx, c.CallerID, c.ToolCallID))
 		return err
 	})
 	if err != nil {
@@ -401,7 +419,7 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 			return err
 		}
 		n, _ = r.RowsAffected()
-		rec, err = scanCall(s.stmt(ctx, tx, selectCallSQL).QueryRowContext(ctx, callerID, toolCallID))
+		rec, err = store.ScanCall(s.stmt(ctx, tx, store.SelectCallSQL).QueryRowContext(ctx, callerID, toolCallID))
 		return err
 	})
 	if err != nil {
@@ -418,11 +436,7 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 
 // GetCall implements registry.Store.
 func (s *Store) GetCall(ctx context.Context, callerID, toolCallID string) (*registry.CallRecord, error) {
-	rec, err := scanCall(s.r.QueryRowContext(ctx, `SELECT `+callColumns+` FROM calls WHERE caller_id = ? AND tool_call_id = ?`, callerID, toolCallID))
-	if err != nil {
-		return nil, err
-	}
-	return store.EffectiveCall(rec, s.clock()), nil
+	return s.sql.GetCall(ctx, callerID, toolCallID)
 }
 
 // WaitCall implements registry.Store. Waiters are woken by this store's
@@ -433,67 +447,11 @@ func (s *Store) WaitCall(ctx context.Context, callerID, toolCallID string) (*reg
 		Hub: s.hub,
 		Get: func(ctx context.Context) (*registry.CallRecord, error) { return s.GetCall(ctx, callerID, toolCallID) },
 		Interrupt: func(ctx context.Context, rec *registry.CallRecord) error {
-			_, err := s.interrupt(ctx, rec.CallerID, rec.ToolCallID)
+			_, err := s.sql.Interrupt(ctx, rec.CallerID, rec.ToolCallID)
 			return err
 		},
 		Now: s.now,
 	})
-}
-
-// interrupt ends calls left running by another process, and calls of
-// this process whose lease has lapsed and that it no longer runs (their
-// result was lost): one call when toolCallID is given, else all.
-func (s *Store) interrupt(ctx context.Context, callerID, toolCallID string) (int, error) {
-	now := s.clock()
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback()
-	q := `SELECT caller_id, tool_call_id, tool_name FROM calls WHERE state = 'running' AND (owner <> ? OR expires_at <= ?)`
-	args := []any{s.id, micro(now)}
-	if toolCallID != "" {
-		q += ` AND caller_id = ? AND tool_call_id = ?`
-		args = append(args, callerID, toolCallID)
-	}
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return 0, err
-	}
-	type key struct{ caller, id, tool string }
-	var keys []key
-	for rows.Next() {
-		var k key
-		if err := rows.Scan(&k.caller, &k.id, &k.tool); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		if s.leases.Has(k.caller, k.id) {
-			continue // runs here, or its result waits to be recorded
-		}
-		keys = append(keys, k)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	for _, k := range keys {
-		result, err := store.EncodeResult(registry.InterruptedResult(k.id, k.tool))
-		if err != nil {
-			return 0, err
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE calls SET state = 'done', result = ?, owner = '', expires_at = 0, updated_at = ?
-			WHERE caller_id = ? AND tool_call_id = ? AND state = 'running'`, result, micro(now), k.caller, k.id); err != nil {
-			return 0, err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-	for _, k := range keys {
-		s.hub.Notify(store.Key(k.caller, k.id))
-	}
-	return len(keys), nil
 }
 
 // InterruptRunning implements registry.Store: every running call not owned
@@ -501,7 +459,7 @@ func (s *Store) interrupt(ctx context.Context, callerID, toolCallID string) (int
 // admits one process at a time; a call of this store is ended once its
 // lease has lapsed and it no longer runs here.
 func (s *Store) InterruptRunning(ctx context.Context) (int, error) {
-	return s.interrupt(ctx, "", "")
+	return s.sql.Interrupt(ctx, "", "")
 }
 
 // renew extends the leases of the calls this process runs, and only
@@ -525,35 +483,6 @@ func (s *Store) renew(ctx context.Context, keys []store.CallKey) error {
 // ReleaseCall implements registry.Store.
 func (s *Store) ReleaseCall(callerID, toolCallID string) { s.leases.Remove(callerID, toolCallID) }
 
-const approvalColumns = `id, caller_id, tool_call_id, tool_name, tier, rule, reason, arguments_digest, arguments, context,
-	status, created_at, updated_at, expires_at, decided_at, decided_by, decision_reason, filed`
-
-func scanApproval(row scanner) (*registry.Approval, error) {
-	var (
-		a                                    registry.Approval
-		args, ctxJSON, filed                 []byte
-		created, updated, expires, decidedAt int64
-	)
-	err := row.Scan(&a.ID, &a.CallerID, &a.ToolCallID, &a.ToolName, &a.Tier, &a.Rule, &a.Reason, &a.ArgumentsDigest,
-		&args, &ctxJSON, &a.Status, &created, &updated, &expires, &decidedAt, &a.DecidedBy, &a.DecisionReason, &filed)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, registry.ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	a.Arguments = args
-	if a.Context, err = store.DecodeContext(ctxJSON); err != nil {
-		return nil, err
-	}
-	if a.Filed, err = store.DecodeFiling(filed); err != nil {
-		return nil, err
-	}
-	a.CreatedAt, a.ExpiresAt, a.DecidedAt = fromMicro(created), fromMicro(expires), fromMicro(decidedAt)
-	_ = updated
-	return &a, nil
-}
-
 // CreateApproval implements registry.Store.
 func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error {
 	now := s.clock()
@@ -561,13 +490,9 @@ func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error 
 	if err != nil {
 		return err
 	}
-	v := *a // the committer reads its own copy
-	args, cctx := store.Arguments(v.Arguments), store.EncodeContext(v.Context)
-	err = s.commit.Do(ctx, len(args)+len(cctx)+len(filed)+256, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, 0, '', '', ?)`,
-			v.ID, v.CallerID, v.ToolCallID, v.ToolName, string(v.Tier), v.Rule, v.Reason, v.ArgumentsDigest,
-			args, cctx, micro(v.CreatedAt), micro(now), micro(v.ExpiresAt), filed)
+	args := s.sql.InsertApprovalArgs(a, filed, now) // the committer reads its own copy
+	err = s.commit.Do(ctx, len(a.Arguments)+len(filed)+512, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, store.InsertApprovalSQL, args...)
 		return err
 	})
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
@@ -578,206 +503,23 @@ func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error 
 
 // GetApproval implements registry.Store.
 func (s *Store) GetApproval(ctx context.Context, id string) (*registry.Approval, error) {
-	a, err := scanApproval(s.r.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = ?`, id))
-	if err != nil {
-		return nil, err
-	}
-	return store.EffectiveApproval(a, s.clock()), nil
+	return s.sql.GetApproval(ctx, id)
 }
 
 // ListApprovals implements registry.Store.
 func (s *Store) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([]*registry.Approval, error) {
-	now := s.clock()
-	var where []string
-	var args []any
-	switch f.Status {
-	case "":
-	case registry.ApprovalPending:
-		where, args = append(where, `status = 'pending' AND expires_at > ?`), append(args, micro(now))
-	case registry.ApprovalExpired:
-		where, args = append(where, `(status = 'expired' OR (status = 'pending' AND expires_at <= ?))`), append(args, micro(now))
-	default:
-		where, args = append(where, `status = ?`), append(args, string(f.Status))
-	}
-	if f.CallerID != "" {
-		where, args = append(where, `caller_id = ?`), append(args, f.CallerID)
-	}
-	q := `SELECT ` + approvalColumns + ` FROM approvals`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, ` AND `)
-	}
-	q += ` ORDER BY created_at, id LIMIT ?`
-	args = append(args, store.Limit(f.Limit))
-	rows, err := s.r.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []*registry.Approval{}
-	for rows.Next() {
-		a, err := scanApproval(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, store.EffectiveApproval(a, now))
-	}
-	return out, rows.Err()
+	return s.sql.ListApprovals(ctx, f)
 }
 
 // DecideApproval implements registry.Store. The single writer connection
 // runs the conditional update alone, so exactly one decision wins.
 func (s *Store) DecideApproval(ctx context.Context, id string, v registry.Verdict, by, reason string, now time.Time) (*registry.Approval, bool, error) {
-	status, err := store.DecidedStatus(v)
-	if err != nil {
-		return nil, false, err
-	}
-	now = now.UTC().Truncate(time.Microsecond)
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, false, err
-	}
-	defer tx.Rollback()
-	a, err := scanApproval(tx.QueryRowContext(ctx, `UPDATE approvals
-		SET status = ?, decided_at = ?, decided_by = ?, decision_reason = ?, updated_at = ?
-		WHERE id = ? AND status = 'pending' AND expires_at > ?
-		RETURNING `+approvalColumns, string(status), micro(now), by, reason, micro(now), id, micro(now)))
-	if errors.Is(err, registry.ErrNotFound) {
-		return s.notDecided(ctx, tx, id, now)
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	key := store.Key(a.CallerID, a.ToolCallID)
-	clock := s.clock()
-	if status == registry.ApprovalApproved {
-		r, err := tx.ExecContext(ctx, `UPDATE calls SET state = 'running', result = NULL, owner = ?, expires_at = ?, updated_at = ?
-			WHERE caller_id = ? AND tool_call_id = ? AND state = 'pending_approval'`,
-			s.id, micro(clock.Add(s.lease)), micro(clock), a.CallerID, a.ToolCallID)
-		if err != nil {
-			return nil, false, err
-		}
-		if n, _ := r.RowsAffected(); n == 1 {
-			s.leases.Add(a.CallerID, a.ToolCallID)
-		}
-	} else {
-		result, err := store.EncodeResult(registry.ApprovalDeniedResult(a.ToolCallID, a.ToolName, by, reason))
-		if err != nil {
-			return nil, false, err
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE calls SET state = 'done', result = ?, expires_at = 0, updated_at = ?
-			WHERE caller_id = ? AND tool_call_id = ? AND state = 'pending_approval'`,
-			result, micro(clock), a.CallerID, a.ToolCallID); err != nil {
-			return nil, false, err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		s.leases.Remove(a.CallerID, a.ToolCallID)
-		return nil, false, err
-	}
-	s.hub.Notify(key)
-	return a, true, nil
-}
-
-// notDecided answers a decision that found no pending, unexpired request:
-// it expires a request that is past its time, and returns the request as
-// it stands.
-func (s *Store) notDecided(ctx context.Context, tx *sql.Tx, id string, now time.Time) (*registry.Approval, bool, error) {
-	a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = ?`, id))
-	if err != nil {
-		return nil, false, err
-	}
-	if a.Status != registry.ApprovalPending {
-		return a, false, tx.Commit()
-	}
-	keys, err := s.expire(ctx, tx, now, id)
-	if err != nil {
-		return nil, false, err
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, false, err
-	}
-	for _, k := range keys {
-		s.hub.Notify(k)
-	}
-	return store.EffectiveApproval(a, now), false, nil
-}
-
-// expire moves pending requests (one, when id is given) whose expiry is at
-// or before now to expired, and their pending calls to done. It returns the
-// keys of the calls it changed.
-func (s *Store) expire(ctx context.Context, tx *sql.Tx, now time.Time, id string) ([]string, error) {
-	q := `UPDATE approvals SET status = 'expired', decided_at = expires_at, updated_at = ?
-		WHERE status = 'pending' AND expires_at <= ?`
-	args := []any{micro(now), micro(now)}
-	if id != "" {
-		q += ` AND id = ?`
-		args = append(args, id)
-	}
-	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-		return nil, err
-	}
-	q = `SELECT caller_id, tool_call_id, tool_name FROM calls WHERE state = 'pending_approval' AND expires_at <= ?`
-	args = []any{micro(now)}
-	if id != "" {
-		q += ` AND approval_id = ?`
-		args = append(args, id)
-	}
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	type call struct{ caller, id, tool string }
-	var calls []call
-	for rows.Next() {
-		var c call
-		if err := rows.Scan(&c.caller, &c.id, &c.tool); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		calls = append(calls, c)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	keys := make([]string, 0, len(calls))
-	for _, c := range calls {
-		result, err := store.EncodeResult(registry.ApprovalExpiredResult(c.id, c.tool))
-		if err != nil {
-			return nil, err
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE calls SET state = 'done', result = ?, expires_at = 0, updated_at = ?
-			WHERE caller_id = ? AND tool_call_id = ? AND state = 'pending_approval'`, result, micro(now), c.caller, c.id); err != nil {
-			return nil, err
-		}
-		keys = append(keys, store.Key(c.caller, c.id))
-	}
-	return keys, nil
+	return s.sql.DecideApproval(ctx, id, v, by, reason, now)
 }
 
 // ExpireApprovals implements registry.Store.
 func (s *Store) ExpireApprovals(ctx context.Context, now time.Time) (int, error) {
-	now = now.UTC().Truncate(time.Microsecond)
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback()
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM approvals WHERE status = 'pending' AND expires_at <= ?`, micro(now)).Scan(&n); err != nil {
-		return 0, err
-	}
-	keys, err := s.expire(ctx, tx, now, "")
-	if err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-	for _, k := range keys {
-		s.hub.Notify(k)
-	}
-	return n, nil
+	return s.sql.ExpireApprovals(ctx, now)
 }
 
 // AppendAudit implements registry.Store.
@@ -799,36 +541,7 @@ func (s *Store) AppendAudit(ctx context.Context, e *registry.AuditEntry) error {
 
 // ListAudit implements registry.Store.
 func (s *Store) ListAudit(ctx context.Context, f registry.AuditFilter) ([]*registry.AuditEntry, error) {
-	where := []string{`id > ?`}
-	args := []any{f.AfterID}
-	if f.CallerID != "" {
-		where, args = append(where, `caller_id = ?`), append(args, f.CallerID)
-	}
-	if f.ToolName != "" {
-		where, args = append(where, `tool_name = ?`), append(args, f.ToolName)
-	}
-	if !f.Since.IsZero() {
-		where, args = append(where, `time >= ?`), append(args, micro(f.Since))
-	}
-	args = append(args, store.Limit(f.Limit))
-	rows, err := s.r.QueryContext(ctx, `SELECT id, time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
-		status, code, duration_ms, arguments_digest, issuer, subject FROM audit WHERE `+strings.Join(where, ` AND `)+` ORDER BY id LIMIT ?`, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []*registry.AuditEntry{}
-	for rows.Next() {
-		var e registry.AuditEntry
-		var t int64
-		if err := rows.Scan(&e.ID, &t, &e.Event, &e.CallerID, &e.ToolCallID, &e.ToolName, &e.Tier, &e.Decision, &e.Rule,
-			&e.Status, &e.Code, &e.DurationMs, &e.ArgumentsDigest, &e.Issuer, &e.Subject); err != nil {
-			return nil, err
-		}
-		e.Time = fromMicro(t)
-		out = append(out, &e)
-	}
-	return out, rows.Err()
+	return s.sql.ListAudit(ctx, f)
 }
 
 // DeleteExpired implements registry.Store.

@@ -95,32 +95,7 @@ func BenchmarkStore(b *testing.B) {
 	}
 }
 
-// TestOrphanedRecordOfThisProcessExpires: the store renews only the calls
-// it still runs; a record whose result will never come (ReleaseCall) lapses
-// and is interrupted by this very process, while a running call's lease
-// is kept alive.
+// TestOrphanedRecordOfThisProcessExpires runs storetest.RunOrphanedLease.
 func TestOrphanedRecordOfThisProcessExpires(t *testing.T) {
-	s := open(t, filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{Lease: 300 * time.Millisecond})
-	ctx := t.Context()
-	for _, id := range []string{"orphan", "live"} {
-		if _, created, err := s.BeginCall(ctx, &registry.CallRecord{CallerID: "c", ToolCallID: id, ToolName: "fs__write",
-			ArgumentsDigest: "d", State: registry.CallRunning}); err != nil || !created {
-			t.Fatal(created, err)
-		}
-	}
-	s.ReleaseCall("c", "orphan")
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	rec, err := s.WaitCall(wctx, "c", "orphan")
-	if err != nil || rec.Result.Code() != registry.CodeInterrupted {
-		t.Fatalf("orphaned record: %v %+v", err, rec)
-	}
-	time.Sleep(time.Second) // several leases: the live call must have been renewed meanwhile
-	if n, err := s.InterruptRunning(ctx); err != nil || n != 0 {
-		t.Fatalf("InterruptRunning ended %d calls (%v); the live call must be kept", n, err)
-	}
-	live, err := s.GetCall(ctx, "c", "live")
-	if err != nil || live.State != registry.CallRunning {
-		t.Fatalf("live call: %v %+v", err, live)
-	}
+	storetest.RunOrphanedLease(t, open(t, filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{Lease: 300 * time.Millisecond}))
 }

@@ -1,0 +1,395 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
+
+// Row is one row of a query's answer (*sql.Row, pgx.Row).
+type Row interface {
+	Scan(dest ...any) error
+}
+
+// Rows are the rows of a query's answer (pgx.Rows; *sql.Rows adapted).
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+// Tx runs statements: a write transaction, or a store's pool for reads.
+// Each dialect package adapts its driver's. Statements are written with
+// numbered parameters ($1, $2, …), which PostgreSQL takes and SQLite
+// takes as named ones that modernc.org/sqlite binds by number.
+type Tx interface {
+	// Exec runs q and returns how many rows it changed.
+	Exec(ctx context.Context, q string, args ...any) (int64, error)
+	QueryRow(ctx context.Context, q string, args ...any) Row
+	Query(ctx context.Context, q string, args ...any) (Rows, error)
+}
+
+// Dialect is what the SQL of the two stores differs in, beyond their
+// hot write paths.
+type Dialect struct {
+	// Time is how a time is passed as a parameter; the zero time must be
+	// stored as what ScanTime reads as zero.
+	Time func(time.Time) any
+	// Announce tells other processes sharing the data, within tx (so at
+	// its commit), that the calls with keys changed; nil when no other
+	// process shares it.
+	Announce func(ctx context.Context, tx Tx, keys []string) error
+	// Lapsed is the condition on a running call that Interrupt ends, with
+	// $1 the time now, $2 the store's instance id and $3 the time it was
+	// opened.
+	Lapsed string
+	// KeepLeased says Interrupt leaves the calls this process holds a
+	// lease on, whatever Lapsed says.
+	KeepLeased bool
+}
+
+// SQL is the logic both SQL stores share: reading records, listings,
+// deciding and expiring approval requests, interrupting calls, and kept
+// outputs. A dialect package builds one and delegates to it; its hot
+// write paths (BeginCall, FinishCall, AppendAudit) stay its own.
+type SQL struct {
+	Dialect
+	// Read runs reads, and Write single writes outside a transaction.
+	Read, Write Tx
+	// InTx runs fn in a write transaction, committed when fn returns nil.
+	InTx func(ctx context.Context, fn func(tx Tx) error) error
+	// Hub is woken for every call changed, after the commit.
+	Hub *Hub
+	// Leases are the calls this process runs.
+	Leases *Leases
+	// ID names this store as the owner of the calls it runs, Opened is
+	// when it was opened, and Lease is how long a running call stays
+	// claimed without renewal.
+	ID     string
+	Opened time.Time
+	Lease  time.Duration
+	// Now is the clock.
+	Now func() time.Time
+}
+
+// Clock is the time now at the stored precision.
+func (s *SQL) Clock() time.Time { return Micro(s.Now()) }
+
+// params numbers query parameters.
+type params []any
+
+func (p *params) add(v any) string {
+	*p = append(*p, v)
+	return "$" + strconv.Itoa(len(*p))
+}
+
+func (s *SQL) announce(ctx context.Context, tx Tx, keys ...string) error {
+	if s.Announce == nil || len(keys) == 0 {
+		return nil
+	}
+	return s.Announce(ctx, tx, keys)
+}
+
+// Call reads a call record as stored.
+func (s *SQL) Call(ctx context.Context, q Tx, callerID, toolCallID string) (*registry.CallRecord, error) {
+	return ScanCall(q.QueryRow(ctx, SelectCallSQL, callerID, toolCallID))
+}
+
+// GetCall implements registry.Store.
+func (s *SQL) GetCall(ctx context.Context, callerID, toolCallID string) (*registry.CallRecord, error) {
+	rec, err := s.Call(ctx, s.Read, callerID, toolCallID)
+	if err != nil {
+		return nil, err
+	}
+	return EffectiveCall(rec, s.Clock()), nil
+}
+
+// interruptBatch bounds the calls one transaction of Interrupt ends.
+const interruptBatch = 1000
+
+// Interrupt ends running calls that meet Lapsed (and are not leased here,
+// with KeepLeased): the one given, or all when toolCallID is "". Each
+// update checks Lapsed again, so processes racing to end a call end it
+// once.
+func (s *SQL) Interrupt(ctx context.Context, callerID, toolCallID string) (int, error) {
+	total := 0
+	for {
+		n, more, err := s.interrupt(ctx, callerID, toolCallID)
+		total += n
+		if err != nil || !more || n == 0 {
+			return total, err
+		}
+	}
+}
+
+// interrupt is one transaction of Interrupt; more says it met the batch
+// bound.
+func (s *SQL) interrupt(ctx context.Context, callerID, toolCallID string) (int, bool, error) {
+	now := s.Clock()
+	var ended []string
+	var more bool
+	err := s.InTx(ctx, func(tx Tx) error {
+		ended, more = nil, false
+		p := params{s.Time(now), s.ID, s.Time(s.Opened)}
+		q := `SELECT caller_id, tool_call_id, tool_name FROM calls WHERE state = 'running' AND ` + s.Lapsed
+		if toolCallID != "" {
+			q += ` AND caller_id = ` + p.add(callerID) + ` AND tool_call_id = ` + p.add(toolCallID)
+		}
+		keys, err := scanKeys(tx.Query(ctx, q+` LIMIT `+p.add(interruptBatch), p...))
+		if err != nil {
+			return err
+		}
+		more = len(keys) == interruptBatch
+		for _, k := range keys {
+			if s.KeepLeased && s.Leases.Has(k.caller, k.id) {
+				continue // runs here, or its result waits to be recorded
+			}
+			result, err := EncodeResult(registry.InterruptedResult(k.id, k.tool))
+			if err != nil {
+				return err
+			}
+			n, err := tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $4, owner = '', expires_at = $5, updated_at = $1
+				WHERE caller_id = $6 AND tool_call_id = $7 AND state = 'running' AND `+s.Lapsed,
+				s.Time(now), s.ID, s.Time(s.Opened), result, s.Time(time.Time{}), k.caller, k.id)
+			if err != nil {
+				return err
+			}
+			if n == 1 {
+				ended = append(ended, Key(k.caller, k.id))
+			}
+		}
+		return s.announce(ctx, tx, ended...)
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	for _, k := range ended {
+		s.Hub.Notify(k)
+	}
+	return len(ended), more, nil
+}
+
+// GetApproval implements registry.Store.
+func (s *SQL) GetApproval(ctx context.Context, id string) (*registry.Approval, error) {
+	a, err := ScanApproval(s.Read.QueryRow(ctx, `SELECT `+ApprovalColumns+` FROM approvals WHERE id = $1`, id))
+	if err != nil {
+		return nil, err
+	}
+	return EffectiveApproval(a, s.Clock()), nil
+}
+
+// ListApprovals implements registry.Store.
+func (s *SQL) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([]*registry.Approval, error) {
+	now := s.Clock()
+	var where []string
+	var p params
+	switch f.Status {
+	case "":
+	case registry.ApprovalPending:
+		where = append(where, `status = 'pending' AND expires_at > `+p.add(s.Time(now)))
+	case registry.ApprovalExpired:
+		where = append(where, `(status = 'expired' OR (status = 'pending' AND expires_at <= `+p.add(s.Time(now))+`))`)
+	default:
+		where = append(where, `status = `+p.add(string(f.Status)))
+	}
+	if f.CallerID != "" {
+		where = append(where, `caller_id = `+p.add(f.CallerID))
+	}
+	q := `SELECT ` + ApprovalColumns + ` FROM approvals`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	rows, err := s.Read.Query(ctx, q+` ORDER BY created_at, id LIMIT `+p.add(Limit(f.Limit)), p...)
+	return collect(rows, err, func(row Row) (*registry.Approval, error) {
+		a, err := ScanApproval(row)
+		if err != nil {
+			return nil, err
+		}
+		return EffectiveApproval(a, now), nil
+	})
+}
+
+// ListAudit implements registry.Store.
+func (s *SQL) ListAudit(ctx context.Context, f registry.AuditFilter) ([]*registry.AuditEntry, error) {
+	var p params
+	where := []string{`id > ` + p.add(f.AfterID)}
+	if f.CallerID != "" {
+		where = append(where, `caller_id = `+p.add(f.CallerID))
+	}
+	if f.ToolName != "" {
+		where = append(where, `tool_name = `+p.add(f.ToolName))
+	}
+	if !f.Since.IsZero() {
+		where = append(where, `time >= `+p.add(s.Time(f.Since)))
+	}
+	rows, err := s.Read.Query(ctx, `SELECT `+AuditColumns+` FROM audit WHERE `+strings.Join(where, ` AND `)+
+		` ORDER BY id LIMIT `+p.add(Limit(f.Limit)), p...)
+	return collect(rows, err, scanAudit)
+}
+
+// InsertApprovalSQL files a pending approval request; its parameters are
+// InsertApprovalArgs.
+const InsertApprovalSQL = `INSERT INTO approvals (id, caller_id, tool_call_id, tool_name, tier, rule, reason,
+	arguments_digest, arguments, context, status, created_at, updated_at, expires_at, filed)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13, $14)`
+
+// InsertApprovalArgs are the parameters of InsertApprovalSQL for a, as
+// NewApproval left it, filed at now.
+func (s *SQL) InsertApprovalArgs(a *registry.Approval, filed []byte, now time.Time) []any {
+	return []any{a.ID, a.CallerID, a.ToolCallID, a.ToolName, string(a.Tier), a.Rule, a.Reason, a.ArgumentsDigest,
+		Arguments(a.Arguments), EncodeContext(a.Context), s.Time(a.CreatedAt), s.Time(now), s.Time(a.ExpiresAt), filed}
+}
+
+// DecideApproval implements registry.Store. The UPDATE … WHERE status =
+// 'pending' settles racing decisions (the single SQLite writer runs it
+// alone; in PostgreSQL it takes the row lock, and a racing decision then
+// finds the row no longer pending), so exactly one wins. The call record
+// moves in the same transaction.
+func (s *SQL) DecideApproval(ctx context.Context, id string, v registry.Verdict, by, reason string, now time.Time) (*registry.Approval, bool, error) {
+	status, err := DecidedStatus(v)
+	if err != nil {
+		return nil, false, err
+	}
+	now = Micro(now)
+	var (
+		a            *registry.Approval
+		won, running bool
+		expired      []string
+	)
+	err = s.InTx(ctx, func(tx Tx) error {
+		won, running, expired = false, false, nil
+		var err error
+		a, err = ScanApproval(tx.QueryRow(ctx, `UPDATE approvals
+			SET status = $1, decided_at = $2, decided_by = $3, decision_reason = $4, updated_at = $2
+			WHERE id = $5 AND status = 'pending' AND expires_at > $2
+			RETURNING `+ApprovalColumns, string(status), s.Time(now), by, reason, id))
+		if errors.Is(err, registry.ErrNotFound) {
+			a, expired, err = s.notDecided(ctx, tx, id, now)
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		won = true
+		clock := s.Clock()
+		if status == registry.ApprovalApproved {
+			n, err := tx.Exec(ctx, `UPDATE calls SET state = 'running', result = NULL, owner = $1, expires_at = $2, updated_at = $3
+				WHERE caller_id = $4 AND tool_call_id = $5 AND state = 'pending_approval'`,
+				s.ID, s.Time(clock.Add(s.Lease)), s.Time(clock), a.CallerID, a.ToolCallID)
+			if err != nil {
+				return err
+			}
+			running = n == 1
+		} else {
+			result, err := EncodeResult(registry.ApprovalDeniedResult(a.ToolCallID, a.ToolName, by, reason))
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $1, expires_at = $2, updated_at = $3
+				WHERE caller_id = $4 AND tool_call_id = $5 AND state = 'pending_approval'`,
+				result, s.Time(time.Time{}), s.Time(clock), a.CallerID, a.ToolCallID); err != nil {
+				return err
+			}
+		}
+		return s.announce(ctx, tx, Key(a.CallerID, a.ToolCallID))
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	for _, k := range expired {
+		s.Hub.Notify(k)
+	}
+	if won {
+		if running {
+			s.Leases.Add(a.CallerID, a.ToolCallID)
+		}
+		s.Hub.Notify(Key(a.CallerID, a.ToolCallID))
+	}
+	return a, won, nil
+}
+
+// notDecided answers a decision that found no pending, unexpired request:
+// it expires a request that is past its time, and returns the request as
+// it stands and the keys of the calls it ended.
+func (s *SQL) notDecided(ctx context.Context, tx Tx, id string, now time.Time) (*registry.Approval, []string, error) {
+	a, err := ScanApproval(tx.QueryRow(ctx, `SELECT `+ApprovalColumns+` FROM approvals WHERE id = $1`, id))
+	if err != nil || a.Status != registry.ApprovalPending {
+		return a, nil, err
+	}
+	keys, err := s.expire(ctx, tx, now, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return EffectiveApproval(a, now), keys, nil
+}
+
+// expire moves pending requests (one, when id is given) whose expiry is at
+// or before now to expired, and their pending calls (up to 1000; the rest
+// at the next sweep) to done, each update conditional and announced at
+// commit. It returns the keys of the calls it ended, for waking local
+// waiters after the commit.
+func (s *SQL) expire(ctx context.Context, tx Tx, now time.Time, id string) ([]string, error) {
+	p := params{s.Time(now)}
+	cond := ``
+	if id != "" {
+		cond = ` AND id = ` + p.add(id)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE approvals SET status = 'expired', decided_at = expires_at, updated_at = $1
+		WHERE status = 'pending' AND expires_at <= $1`+cond, p...); err != nil {
+		return nil, err
+	}
+	p = params{s.Time(now)}
+	cond = ``
+	if id != "" {
+		cond = ` AND approval_id = ` + p.add(id)
+	}
+	keys, err := scanKeys(tx.Query(ctx, `SELECT caller_id, tool_call_id, tool_name FROM calls
+		WHERE state = 'pending_approval' AND expires_at <= $1`+cond+` LIMIT 1000`, p...))
+	if err != nil {
+		return nil, err
+	}
+	ended := make([]string, 0, len(keys))
+	for _, k := range keys {
+		result, err := EncodeResult(registry.ApprovalExpiredResult(k.id, k.tool))
+		if err != nil {
+			return nil, err
+		}
+		n, err := tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $1, expires_at = $2, updated_at = $3
+			WHERE caller_id = $4 AND tool_call_id = $5 AND state = 'pending_approval'`,
+			result, s.Time(time.Time{}), s.Time(now), k.caller, k.id)
+		if err != nil {
+			return nil, err
+		}
+		if n == 1 {
+			ended = append(ended, Key(k.caller, k.id))
+		}
+	}
+	return ended, s.announce(ctx, tx, ended...)
+}
+
+// ExpireApprovals implements registry.Store.
+func (s *SQL) ExpireApprovals(ctx context.Context, now time.Time) (int, error) {
+	now = Micro(now)
+	var n int
+	var keys []string
+	err := s.InTx(ctx, func(tx Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM approvals WHERE status = 'pending' AND expires_at <= $1`, s.Time(now)).Scan(&n); err != nil {
+			return err
+		}
+		var err error
+		keys, err = s.expire(ctx, tx, now, "")
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, k := range keys {
+		s.Hub.Notify(k)
+	}
+	return n, nil
+}
