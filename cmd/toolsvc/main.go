@@ -15,7 +15,8 @@ func main() {
 	defer stop()
 	// Only a change is set: setting GOMAXPROCS stops the runtime from
 	// following later changes of the CPU limit.
-	if n := minProcs(runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS")); serves(os.Args) && n != runtime.GOMAXPROCS(0) {
+	embedded := os.Getenv("TOOLSVC_STORE_URL") == ""
+	if n := minProcs(runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS"), embedded); serves(os.Args) && n != runtime.GOMAXPROCS(0) {
 		runtime.GOMAXPROCS(n)
 	}
 	if err := run(ctx, os.Args, os.Environ(), os.Stdout, os.Stderr); err != nil {
@@ -27,8 +28,9 @@ func main() {
 // serves reports whether args run the service (the default command).
 func serves(args []string) bool { return len(args) < 2 || args[1] == "serve" }
 
-// minProcs returns the GOMAXPROCS the service runs with: at least 2,
-// unless the GOMAXPROCS environment variable (env) chose a value.
+// minProcs returns the GOMAXPROCS the service runs with: at least 2 on
+// the embedded store, unless the GOMAXPROCS environment variable (env)
+// chose a value.
 //
 // Go derives its default from the CPUs the process may run on, and one
 // CPU in the affinity mask (a pinned container, taskset) gives 1, with no
@@ -38,8 +40,12 @@ func serves(args []string) bool { return len(args) < 2 || args[1] == "serve" }
 // connections became readable wait behind the ones the store wakes:
 // under 32 connections of fs__write on one CPU, 1 P gave 604 calls/s with
 // p99 1.43 s and timeouts, 2 Ps 1,036 calls/s with p99 76 ms.
-func minProcs(current int, env string) int {
-	if env != "" {
+//
+// PostgreSQL is reached over the network, which never holds a P while it
+// waits; there a second P on one CPU only cost (0.8 times the calls a
+// second, read-only and side-effecting alike), so it is left to Go.
+func minProcs(current int, env string, embedded bool) int {
+	if env != "" || !embedded {
 		return current
 	}
 	return max(current, 2)

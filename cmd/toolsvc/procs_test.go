@@ -7,21 +7,30 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // TestBinaryKeepsTwoProcsOnOneCPU: started with one CPU in its affinity
-// mask (a pinned container), the service still runs with GOMAXPROCS 2,
-// unless GOMAXPROCS says otherwise.
+// mask (a pinned container), the service on the embedded store still
+// runs with GOMAXPROCS 2, unless GOMAXPROCS says otherwise; on
+// PostgreSQL it keeps Go's 1.
 func TestBinaryKeepsTwoProcsOnOneCPU(t *testing.T) {
 	buildBinary(t) // outside the pinned thread: the build wants every CPU
-	var floor, chosen *proc
+	var floor, chosen, pg *proc
+	pgURL := os.Getenv("TOOLSVC_TEST_POSTGRES_URL")
 	onOneCPU(t, func() {
 		floor = startBinary(t)
 		chosen = startBinary(t, "GOMAXPROCS=1")
+		if pgURL != "" {
+			pg = startBinary(t, "TOOLSVC_STORE_URL="+pgURL, "TOOLSVC_STORE_SCHEMA=procs_"+strconv.FormatInt(time.Now().UnixNano(), 36))
+		}
 	})
-	for _, p := range []*proc{floor, chosen} {
+	for _, p := range []*proc{floor, chosen, pg} {
+		if p == nil {
+			continue
+		}
 		status, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid()) + "/status")
 		if err != nil {
 			t.Fatal(err)
@@ -37,6 +46,13 @@ func TestBinaryKeepsTwoProcsOnOneCPU(t *testing.T) {
 	if m := procs.FindStringSubmatch(chosen.log()); m == nil || m[1] != "1" {
 		t.Errorf("with GOMAXPROCS=1: %q, want gomaxprocs 1\n%s", m, chosen.log())
 	}
+	if pg == nil {
+		t.Log("TOOLSVC_TEST_POSTGRES_URL is not set: the PostgreSQL case is not checked")
+		return
+	}
+	if m := procs.FindStringSubmatch(pg.log()); m == nil || m[1] != "1" {
+		t.Errorf("on PostgreSQL: %q, want gomaxprocs 1\n%s", m, pg.log())
+	}
 }
 
 func TestMinProcs(t *testing.T) {
@@ -44,9 +60,10 @@ func TestMinProcs(t *testing.T) {
 		current int
 		env     string
 		want    int
-	}{{1, "", 2}, {2, "", 2}, {8, "", 8}, {1, "1", 1}, {4, "4", 4}} {
-		if got := minProcs(c.current, c.env); got != c.want {
-			t.Errorf("minProcs(%d, %q) = %d, want %d", c.current, c.env, got, c.want)
+		pg      bool
+	}{{1, "", 2, false}, {2, "", 2, false}, {8, "", 8, false}, {1, "1", 1, false}, {4, "4", 4, false}, {1, "", 1, true}, {4, "", 4, true}} {
+		if got := minProcs(c.current, c.env, !c.pg); got != c.want {
+			t.Errorf("minProcs(%d, %q, embedded %v) = %d, want %d", c.current, c.env, !c.pg, got, c.want)
 		}
 	}
 }
