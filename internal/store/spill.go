@@ -60,9 +60,17 @@ func (r *SpillRead) Bytes(toolCallID, stream string) ([]byte, error) {
 	return r.out, nil
 }
 
+// Spills are the methods of registry.SpillStore that both stores share;
+// a store embeds them (SpillBytes, a dialect's own, it writes itself).
+type Spills struct{ sql *SQL }
+
+// Spills returns s's kept-output methods, for a store to embed.
+func (s *SQL) Spills() Spills { return Spills{s} }
+
 // CreateSpill implements registry.SpillStore: a new spill replaces one
 // of the same call and stream.
-func (s *SQL) CreateSpill(ctx context.Context, info *registry.SpillInfo) (registry.SpillWriter, error) {
+func (p Spills) CreateSpill(ctx context.Context, info *registry.SpillInfo) (registry.SpillWriter, error) {
+	s := p.sql
 	var id int64
 	err := s.InTx(ctx, func(tx Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM spills WHERE caller_id = $1 AND tool_call_id = $2 AND stream = $3`,
@@ -113,7 +121,8 @@ func scanSpill(row Row, in *registry.SpillInfo, lead ...any) error {
 }
 
 // ReadSpill implements registry.SpillStore.
-func (s *SQL) ReadSpill(ctx context.Context, callerID, toolCallID, stream string, offset int64, limit int) (*registry.SpillInfo, []byte, error) {
+func (p Spills) ReadSpill(ctx context.Context, callerID, toolCallID, stream string, offset int64, limit int) (*registry.SpillInfo, []byte, error) {
+	s := p.sql
 	if offset < 0 || limit < 0 {
 		return nil, nil, fmt.Errorf("offset and limit must not be negative")
 	}
@@ -154,7 +163,8 @@ func (s *SQL) ReadSpill(ctx context.Context, callerID, toolCallID, stream string
 }
 
 // ListSpills implements registry.SpillStore.
-func (s *SQL) ListSpills(ctx context.Context, callerID, toolCallID string) ([]*registry.SpillInfo, error) {
+func (p Spills) ListSpills(ctx context.Context, callerID, toolCallID string) ([]*registry.SpillInfo, error) {
+	s := p.sql
 	rows, err := s.Read.Query(ctx, `SELECT `+spillColumns+` FROM spills
 		WHERE caller_id = $1 AND tool_call_id = $2 AND complete AND expires_at > $3 ORDER BY stream`,
 		callerID, toolCallID, s.Time(s.Clock()))
@@ -165,6 +175,7 @@ func (s *SQL) ListSpills(ctx context.Context, callerID, toolCallID string) ([]*r
 }
 
 // DeleteExpiredSpills implements registry.SpillStore.
-func (s *SQL) DeleteExpiredSpills(ctx context.Context, now time.Time) (int64, error) {
+func (p Spills) DeleteExpiredSpills(ctx context.Context, now time.Time) (int64, error) {
+	s := p.sql
 	return s.Write.Exec(ctx, `DELETE FROM spills WHERE expires_at <= $1`, s.Time(now))
 }

@@ -88,6 +88,7 @@ type Store struct {
 	leases  *store.Leases
 	commit  *store.Committer[*pgx.Batch]
 	sql     *store.SQL
+	store.Spills
 
 	notifications atomic.Uint64
 
@@ -197,6 +198,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		Lease:  s.lease,
 		Now:    s.now,
 	}
+	s.Spills = s.sql.Spills()
 	s.commit = store.NewCommitter(store.CommitOptions[*pgx.Batch]{
 		InTx: s.inTx,
 		// No savepoints: the writes of a transaction are sent in one

@@ -2,32 +2,13 @@ package postgres
 
 import (
 	"context"
-	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
+// The other methods of registry.SpillStore come with the embedded
+// store.Spills.
 var _ registry.SpillStore = (*Store)(nil)
-
-// CreateSpill implements registry.SpillStore.
-func (s *Store) CreateSpill(ctx context.Context, info *registry.SpillInfo) (registry.SpillWriter, error) {
-	return s.sql.CreateSpill(ctx, info)
-}
-
-// ReadSpill implements registry.SpillStore.
-func (s *Store) ReadSpill(ctx context.Context, callerID, toolCallID, stream string, offset int64, limit int) (*registry.SpillInfo, []byte, error) {
-	return s.sql.ReadSpill(ctx, callerID, toolCallID, stream, offset, limit)
-}
-
-// ListSpills implements registry.SpillStore.
-func (s *Store) ListSpills(ctx context.Context, callerID, toolCallID string) ([]*registry.SpillInfo, error) {
-	return s.sql.ListSpills(ctx, callerID, toolCallID)
-}
-
-// DeleteExpiredSpills implements registry.SpillStore.
-func (s *Store) DeleteExpiredSpills(ctx context.Context, now time.Time) (int64, error) {
-	return s.sql.DeleteExpiredSpills(ctx, now)
-}
 
 // SpillBytes implements registry.SpillStore.
 func (s *Store) SpillBytes(ctx context.Context) (int64, error) {

@@ -79,6 +79,7 @@ type Store struct {
 	commit *store.Committer[*sql.Tx]
 	stmts  map[string]*sql.Stmt // preparedSQL on w
 	sql    *store.SQL
+	store.Spills
 
 	stop      context.CancelFunc
 	done      chan struct{}
@@ -181,6 +182,7 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 		Lease:  s.lease,
 		Now:    s.now,
 	}
+	s.Spills = s.sql.Spills()
 	s.commit = store.NewCommitter(store.CommitOptions[*sql.Tx]{
 		InTx: s.inTx,
 		Exec: func(ctx context.Context, tx *sql.Tx, q string) error {
