@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"syscall"
 )
 
@@ -18,6 +20,9 @@ func main() {
 	embedded := os.Getenv("TOOLSVC_STORE_URL") == ""
 	if n := minProcs(runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS"), embedded); serves(os.Args) && n != runtime.GOMAXPROCS(0) {
 		runtime.GOMAXPROCS(n)
+	}
+	if p := gcPercent(os.Getenv("GOGC")); serves(os.Args) && p != gcPercentNow() {
+		debug.SetGCPercent(p)
 	}
 	if err := run(ctx, os.Args, os.Environ(), os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "toolsvc:", err)
@@ -49,4 +54,38 @@ func minProcs(current int, env string, embedded bool) int {
 		return current
 	}
 	return max(current, 2)
+}
+
+// defaultGCPercent is the GOGC the service runs with when the GOGC
+// environment variable is unset.
+//
+// The live heap of a serving process is small (about 4 MiB under load),
+// so at Go's default of 100 the collector runs about 30 times a second
+// under read-only load and takes a quarter of the CPU a call costs. At
+// 400 the server spent 90 µs of CPU per read-only call against 114 µs at
+// 100 (200: 99 µs), for a peak RSS of about 80 MB instead of 55 MB.
+// GOMEMLIMIT, when set, still bounds the heap.
+const defaultGCPercent = 400
+
+// gcPercent returns the GOGC the service runs with: defaultGCPercent,
+// unless the GOGC environment variable (env) chose a value, which the
+// runtime has already applied.
+func gcPercent(env string) int {
+	if env != "" {
+		return gcPercentNow()
+	}
+	return defaultGCPercent
+}
+
+// gcPercentNow returns the runtime's current GOGC, or -1 when the
+// collector is off.
+func gcPercentNow() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 100
+	}
+	// The runtime stores the percentage as an int32, -1 for off, and
+	// reports it converted to uint64.
+	return int(int32(s[0].Value.Uint64()))
 }

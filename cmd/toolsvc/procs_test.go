@@ -4,6 +4,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,7 +23,7 @@ func TestBinaryKeepsTwoProcsOnOneCPU(t *testing.T) {
 	pgURL := os.Getenv("TOOLSVC_TEST_POSTGRES_URL")
 	onOneCPU(t, func() {
 		floor = startBinary(t)
-		chosen = startBinary(t, "GOMAXPROCS=1")
+		chosen = startBinary(t, "GOMAXPROCS=1", "GOGC=100")
 		if pgURL != "" {
 			pg = startBinary(t, "TOOLSVC_STORE_URL="+pgURL, "TOOLSVC_STORE_SCHEMA=procs_"+strconv.FormatInt(time.Now().UnixNano(), 36))
 		}
@@ -46,12 +47,33 @@ func TestBinaryKeepsTwoProcsOnOneCPU(t *testing.T) {
 	if m := procs.FindStringSubmatch(chosen.log()); m == nil || m[1] != "1" {
 		t.Errorf("with GOMAXPROCS=1: %q, want gomaxprocs 1\n%s", m, chosen.log())
 	}
+	gogc := regexp.MustCompile(`"msg":"toolsvc listening".*"gogc":(-?\d+)`)
+	if m := gogc.FindStringSubmatch(floor.log()); m == nil || m[1] != strconv.Itoa(defaultGCPercent) {
+		t.Errorf("by default: %q, want gogc %d\n%s", m, defaultGCPercent, floor.log())
+	}
+	if m := gogc.FindStringSubmatch(chosen.log()); m == nil || m[1] != "100" {
+		t.Errorf("with GOGC=100: %q, want gogc 100\n%s", m, chosen.log())
+	}
 	if pg == nil {
 		t.Log("TOOLSVC_TEST_POSTGRES_URL is not set: the PostgreSQL case is not checked")
 		return
 	}
 	if m := procs.FindStringSubmatch(pg.log()); m == nil || m[1] != "1" {
 		t.Errorf("on PostgreSQL: %q, want gomaxprocs 1\n%s", m, pg.log())
+	}
+}
+
+func TestGCPercent(t *testing.T) {
+	if got := gcPercent(""); got != defaultGCPercent {
+		t.Errorf("gcPercent(\"\") = %d, want %d", got, defaultGCPercent)
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(250))
+	if got := gcPercent("250"); got != 250 {
+		t.Errorf("gcPercent with the runtime at 250 = %d, want 250", got)
+	}
+	debug.SetGCPercent(-1)
+	if got := gcPercentNow(); got != -1 {
+		t.Errorf("gcPercentNow with the collector off = %d, want -1", got)
 	}
 }
 

@@ -515,7 +515,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	} else {
 		go func() { served <- hs.Serve(ln) }()
 	}
-	log.Info("toolsvc listening", "addr", ln.Addr().String(), "version", version, "tools", a.registry.Len(), "tls", tlsFiles != nil, "gomaxprocs", runtime.GOMAXPROCS(0))
+	log.Info("toolsvc listening", "addr", ln.Addr().String(), "version", version, "tools", a.registry.Len(), "tls", tlsFiles != nil, "gomaxprocs", runtime.GOMAXPROCS(0), "gogc", gcPercentNow())
 	flushLog() // whoever waits for this line (the port it names) gets it now
 
 	select {
