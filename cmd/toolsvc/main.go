@@ -60,10 +60,11 @@ func minProcs(current int, env string, embedded bool) int {
 // environment variable is unset.
 //
 // The live heap of a serving process is small (about 4 MiB under load),
-// so at Go's default of 100 the collector runs about 30 times a second
-// under read-only load and takes a quarter of the CPU a call costs. At
-// 400 the server spent 90 µs of CPU per read-only call against 114 µs at
-// 100 (200: 99 µs), for a peak RSS of about 80 MB instead of 55 MB.
+// so at Go's default of 100 the collector runs about 27 times a second
+// under read-only load. At 400 it ran 54 times instead of 215 in 8 s of
+// fs__stat load, its share of the CPU fell from 9 % to 3 %, and the
+// server's CPU per call was 0.93× (0.79× in a quieter earlier sitting),
+// for a peak RSS of about 73 MB instead of 53 MB (BENCHMARKS.md).
 // GOMEMLIMIT, when set, still bounds the heap.
 const defaultGCPercent = 400
 
