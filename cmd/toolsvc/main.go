@@ -21,8 +21,8 @@ func main() {
 	if n := minProcs(runtime.GOMAXPROCS(0), os.Getenv("GOMAXPROCS"), embedded); serves(os.Args) && n != runtime.GOMAXPROCS(0) {
 		runtime.GOMAXPROCS(n)
 	}
-	if p := gcPercent(os.Getenv("GOGC")); serves(os.Args) && p != gcPercentNow() {
-		debug.SetGCPercent(p)
+	if os.Getenv("GOGC") == "" && serves(os.Args) { // a GOGC set is the runtime's already
+		debug.SetGCPercent(defaultGCPercent)
 	}
 	if err := run(ctx, os.Args, os.Environ(), os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "toolsvc:", err)
@@ -67,16 +67,6 @@ func minProcs(current int, env string, embedded bool) int {
 // for a peak RSS of about 73 MB instead of 53 MB (BENCHMARKS.md).
 // GOMEMLIMIT, when set, still bounds the heap.
 const defaultGCPercent = 400
-
-// gcPercent returns the GOGC the service runs with: defaultGCPercent,
-// unless the GOGC environment variable (env) chose a value, which the
-// runtime has already applied.
-func gcPercent(env string) int {
-	if env != "" {
-		return gcPercentNow()
-	}
-	return defaultGCPercent
-}
 
 // gcPercentNow returns the runtime's current GOGC, or -1 when the
 // collector is off.
