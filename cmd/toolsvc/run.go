@@ -396,6 +396,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 	defer st.Close()
 	spills, _ := st.(registry.SpillStore)
+	commits, _ := st.(interface{ CommitStats() (txs, writes uint64) })
 	st = store.WithDeadline(st, cfg.StoreTimeout)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -423,6 +424,9 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	go countApprovals(background, st, obs.executor, 15*time.Second, log)
 
 	metrics := obs.metrics
+	if commits != nil {
+		registerCommitStats(metrics, commits.CommitStats)
+	}
 	spill, err := newSpiller(cfg, spills, log, metrics)
 	if err != nil {
 		return err
@@ -598,6 +602,19 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (registry.Stor
 	}
 	log.Info("store: embedded", "path", path, "sync", cfg.StoreSync, "commitWindow", cfg.StoreCommitWindow.String())
 	return s, nil
+}
+
+// registerCommitStats exports the store's group commit: how many
+// transactions it ran and how many writes they held (their ratio is the
+// mean group size).
+func registerCommitStats(reg prometheus.Registerer, stats func() (txs, writes uint64)) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "toolsvc_store_commits_total",
+			Help: "Transactions the store's group commit ran (each one commit, one fsync on the embedded store)."},
+			func() float64 { txs, _ := stats(); return float64(txs) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "toolsvc_store_commit_writes_total",
+			Help: "Writes (call records, audit entries, approvals) those transactions held."},
+			func() float64 { _, writes := stats(); return float64(writes) }))
 }
 
 // newSpiller keeps cut outputs in ss (the store's spill tables), each

@@ -128,7 +128,7 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 		// Leave no pending call without its request.
 		fail := &Result{ToolCallID: f.res.ToolCallID, ToolName: f.tool.Name, Status: StatusError,
 			Error: &Error{Code: CodeInternal, Name: f.tool.Name, Message: "internal error"}}
-		if _, _, ferr := e.store.FinishCall(context.WithoutCancel(ctx), f.caller.ID, f.res.ToolCallID, fail); ferr != nil {
+		if _, _, ferr := e.store.FinishCall(context.WithoutCancel(ctx), f.caller.ID, f.res.ToolCallID, fail, nil); ferr != nil {
 			e.log.Error("store: closing a call whose approval request failed", "toolCallId", f.res.ToolCallID, "error", ferr)
 		}
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -140,14 +140,15 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 	return errAnswered
 }
 
-// finishRecord stores the result of a recorded call and audits it. The
-// call has run, so this happens even when the caller went away. When the
-// store does not take the result, it is held in memory and retried in the
-// background (RetryRecords), and the answer says its record is pending.
+// finishRecord stores the result of a recorded call and its audit entry,
+// in one write. The call has run, so this happens even when the caller
+// went away. When the store does not take them, they are held in memory
+// and retried in the background (RetryRecords), and the answer says its
+// record is pending.
 func (e *Executor) finishRecord(ctx context.Context, f *flight) {
 	ctx = context.WithoutCancel(ctx)
 	entry := e.auditEntry(f)
-	if _, _, err := e.store.FinishCall(ctx, f.caller.ID, f.res.ToolCallID, f.res); err != nil {
+	if _, _, err := e.store.FinishCall(ctx, f.caller.ID, f.res.ToolCallID, f.res, entry); err != nil {
 		e.log.Error("store: recording a result failed; holding it in memory and retrying", "toolCallId", f.res.ToolCallID, "error", err)
 		held := *f.res
 		held.RecordPending = true
@@ -159,9 +160,7 @@ func (e *Executor) finishRecord(ctx context.Context, f *flight) {
 		}
 		e.metrics.setBacklog(e.backlog.len())
 		f.res = &held
-		return
 	}
-	e.audit(ctx, entry)
 }
 
 func (e *Executor) auditEntry(f *flight) *AuditEntry {
@@ -402,7 +401,7 @@ func (e *Executor) flushBacklog(ctx context.Context) bool {
 		b.mu.Unlock()
 		res := *h.res
 		res.RecordPending = false
-		rec, stored, err := e.store.FinishCall(ctx, k.caller, k.id, &res)
+		rec, stored, err := e.store.FinishCall(ctx, k.caller, k.id, &res, h.entry)
 		if err != nil {
 			b.mu.Lock()
 			b.audits = append(audits, b.audits...)
@@ -414,7 +413,6 @@ func (e *Executor) flushBacklog(ctx context.Context) bool {
 		} else {
 			e.log.Info("store: held result recorded", "toolCallId", k.id)
 		}
-		audits = append(audits, h.entry)
 		b.mu.Lock()
 		delete(b.results, k)
 		b.mu.Unlock()

@@ -211,11 +211,11 @@ type flaky struct {
 
 var errDown = errors.New("store down")
 
-func (f *flaky) FinishCall(ctx context.Context, c, id string, r *registry.Result) (*registry.CallRecord, bool, error) {
+func (f *flaky) FinishCall(ctx context.Context, c, id string, r *registry.Result, a *registry.AuditEntry) (*registry.CallRecord, bool, error) {
 	if f.down.Load() {
 		return nil, false, errDown
 	}
-	return f.Store.FinishCall(ctx, c, id, r)
+	return f.Store.FinishCall(ctx, c, id, r, a)
 }
 
 func (f *flaky) AppendAudit(ctx context.Context, e *registry.AuditEntry) error {

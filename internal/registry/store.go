@@ -207,11 +207,16 @@ type Store interface {
 	BeginCall(ctx context.Context, rec *CallRecord) (stored *CallRecord, created bool, err error)
 	// FinishCall stores res as the final result of a call this store runs
 	// (running and owned by it) or of a pending call, and wakes its
-	// waiters. If the call was already done (interrupted after its lease
-	// lapsed, or finished by someone else) it changes nothing and returns
-	// the stored record with stored false. ErrNotFound if there is no
-	// record.
-	FinishCall(ctx context.Context, callerID, toolCallID string, res *Result) (rec *CallRecord, stored bool, err error)
+	// waiters; it returns stored true and no record. If the call was
+	// already done (interrupted after its lease lapsed, or finished by
+	// someone else) it changes nothing and returns the stored record with
+	// stored false. ErrNotFound if there is no record.
+	//
+	// audit, when not nil, is appended in the same transaction, as
+	// AppendAudit would (assigning its ID and Time), whether or not res is
+	// stored: the result and its audit entry are written together or not
+	// at all, in one commit.
+	FinishCall(ctx context.Context, callerID, toolCallID string, res *Result, audit *AuditEntry) (rec *CallRecord, stored bool, err error)
 	// GetCall returns a record, or ErrNotFound. A pending record whose
 	// approval has expired reads as done with E_APPROVAL_EXPIRED.
 	GetCall(ctx context.Context, callerID, toolCallID string) (*CallRecord, error)

@@ -34,10 +34,10 @@ func (t *deadlined) BeginCall(ctx context.Context, rec *registry.CallRecord) (*r
 	return t.s.BeginCall(ctx, rec)
 }
 
-func (t *deadlined) FinishCall(ctx context.Context, callerID, toolCallID string, res *registry.Result) (*registry.CallRecord, bool, error) {
+func (t *deadlined) FinishCall(ctx context.Context, callerID, toolCallID string, res *registry.Result, audit *registry.AuditEntry) (*registry.CallRecord, bool, error) {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()
-	return t.s.FinishCall(ctx, callerID, toolCallID, res)
+	return t.s.FinishCall(ctx, callerID, toolCallID, res, audit)
 }
 
 func (t *deadlined) GetCall(ctx context.Context, callerID, toolCallID string) (*registry.CallRecord, error) {

@@ -123,7 +123,7 @@ func TestRunRetention(t *testing.T) {
 	if _, _, err := s.BeginCall(ctx, done); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.FinishCall(ctx, "a", "done", &registry.Result{ToolCallID: "done", Status: registry.StatusOK, Output: json.RawMessage(`1`)}); err != nil {
+	if _, _, err := s.FinishCall(ctx, "a", "done", &registry.Result{ToolCallID: "done", Status: registry.StatusOK, Output: json.RawMessage(`1`)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	exp := time.Now().Add(time.Hour)

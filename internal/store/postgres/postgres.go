@@ -509,7 +509,7 @@ func scanBegin(row pgx.Row) (bool, *registry.CallRecord, error) {
 
 // FinishCall implements registry.Store, in a group commit with other
 // calls' writes; the update and its notification are one statement.
-func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res *registry.Result) (*registry.CallRecord, bool, error) {
+func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res *registry.Result, audit *registry.AuditEntry) (*registry.CallRecord, bool, error) {
 	if res == nil {
 		return nil, false, errors.New("postgres store: FinishCall needs a result")
 	}
@@ -519,34 +519,57 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 		return nil, false, err
 	}
 	now := s.clock()
-	var rec *registry.CallRecord
-	err = s.commit.Do(ctx, len(result)+256, func(ctx context.Context, b *pgx.Batch) error {
-		rec = nil
+	var (
+		stored bool
+		id     int64
+		v      registry.AuditEntry // the committer reads its own copy
+		size   = len(result) + 256
+	)
+	if audit != nil {
+		store.NewAudit(audit, now)
+		v, size = *audit, size+512
+	}
+	err = s.commit.Do(ctx, size, func(ctx context.Context, b *pgx.Batch) error {
+		stored = false
 		b.Queue(`WITH u AS (
 				UPDATE calls SET state = 'done', result = $1, owner = '', expires_at = NULL, updated_at = $2
 				WHERE caller_id = $3 AND tool_call_id = $4 AND (state = 'pending_approval' OR (state = 'running' AND owner = $5))
-				RETURNING `+store.CallColumns+`)
-			SELECT u.* FROM u CROSS JOIN LATERAL (SELECT pg_notify($6, $7)) AS n`,
+				RETURNING 1)
+			SELECT count(*) FROM u CROSS JOIN LATERAL (SELECT pg_notify($6, $7)) AS n`,
 			result, now, callerID, toolCallID, s.id, s.channel, key).QueryRow(func(row pgx.Row) error {
-			var err error
-			if rec, err = store.ScanCall(row); errors.Is(err, registry.ErrNotFound) {
-				return nil
-			}
+			var n int
+			err := row.Scan(&n)
+			stored = n == 1
 			return err
 		})
+		if audit != nil {
+			// Only beside a record: FinishCall of an unknown call writes
+			// nothing (ErrNotFound below).
+			b.Queue(insertAuditSQL+` SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14
+				WHERE EXISTS (SELECT 1 FROM calls WHERE caller_id = $3 AND tool_call_id = $4) RETURNING id`,
+				auditArgs(&v)...).QueryRow(func(row pgx.Row) error {
+				if err := row.Scan(&id); !errors.Is(err, pgx.ErrNoRows) {
+					return err
+				}
+				return nil
+			})
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, false, err
 	}
-	if rec != nil {
+	if audit != nil {
+		audit.ID = id
+	}
+	if stored {
 		// Only now is the result safe: until then the lease stays renewed,
 		// as the caller holds the result and retries.
 		s.leases.Remove(callerID, toolCallID)
 		s.hub.Notify(key)
-		return rec, true, nil
+		return nil, true, nil
 	}
-	rec, err = s.sql.Call(ctx, s.sql.Read, callerID, toolCallID)
+	rec, err := s.sql.Call(ctx, s.sql.Read, callerID, toolCallID)
 	if err != nil {
 		return nil, false, err
 	}
@@ -643,12 +666,8 @@ func (s *Store) AppendAudit(ctx context.Context, e *registry.AuditEntry) error {
 	v := *e // the committer reads its own copy: a caller that gives up may retry with e
 	var id int64
 	err := s.commit.Do(ctx, 512, func(ctx context.Context, b *pgx.Batch) error {
-		b.Queue(`INSERT INTO audit (time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
-			status, code, duration_ms, arguments_digest, issuer, subject) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`,
-			v.Time, v.Event, v.CallerID, v.ToolCallID, v.ToolName, string(v.Tier), string(v.Decision), v.Rule,
-			string(v.Status), string(v.Code), v.DurationMs, v.ArgumentsDigest, v.Issuer, v.Subject).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&id)
-		})
+		b.Queue(insertAuditSQL+` VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`,
+			auditArgs(&v)...).QueryRow(func(row pgx.Row) error { return row.Scan(&id) })
 		return nil
 	})
 	if err != nil {
@@ -656,6 +675,15 @@ func (s *Store) AppendAudit(ctx context.Context, e *registry.AuditEntry) error {
 	}
 	e.ID = id
 	return nil
+}
+
+const insertAuditSQL = `INSERT INTO audit (time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
+	status, code, duration_ms, arguments_digest, issuer, subject)`
+
+// auditArgs are the values of insertAuditSQL's columns, in order.
+func auditArgs(v *registry.AuditEntry) []any {
+	return []any{v.Time, v.Event, v.CallerID, v.ToolCallID, v.ToolName, string(v.Tier), string(v.Decision), v.Rule,
+		string(v.Status), string(v.Code), v.DurationMs, v.ArgumentsDigest, v.Issuer, v.Subject}
 }
 
 // ListAudit implements registry.Store.

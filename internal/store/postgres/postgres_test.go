@@ -164,7 +164,7 @@ func TestNotifyWakesOtherReplica(t *testing.T) {
 	// b as a notification; the counter shows it did (with MaxPoll and the
 	// lease an hour, polling would also be slow to find it).
 	before := b.Notifications()
-	if _, stored, err := a.FinishCall(t.Context(), "alice", "n1", &registry.Result{ToolCallID: "n1", ToolName: "fs__write", Status: registry.StatusOK}); err != nil || !stored {
+	if _, stored, err := a.FinishCall(t.Context(), "alice", "n1", &registry.Result{ToolCallID: "n1", ToolName: "fs__write", Status: registry.StatusOK}, nil); err != nil || !stored {
 		t.Fatalf("FinishCall: stored=%v, %v", stored, err)
 	}
 	if err := <-got; err != nil {

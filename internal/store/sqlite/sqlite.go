@@ -340,7 +340,7 @@ const (
 	finishCallSQL = `UPDATE calls SET state = 'done', result = ?, owner = '', expires_at = 0, updated_at = ?
 		WHERE caller_id = ? AND tool_call_id = ? AND (state = 'pending_approval' OR (state = 'running' AND owner = ?))`
 	insertAuditSQL = `INSERT INTO audit (time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
-		status, code, duration_ms, arguments_digest, issuer, subject) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`
+		status, code, duration_ms, arguments_digest, issuer, subject) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
 
 var preparedSQL = []string{insertCallSQL, store.SelectCallSQL, finishCallSQL, insertAuditSQL, `SAVEPOINT op`, `RELEASE op`, `ROLLBACK TO op`}
@@ -401,7 +401,7 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 }
 
 // FinishCall implements registry.Store.
-func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res *registry.Result) (*registry.CallRecord, bool, error) {
+func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res *registry.Result, audit *registry.AuditEntry) (*registry.CallRecord, bool, error) {
 	if res == nil {
 		return nil, false, errors.New("sqlite store: FinishCall needs a result")
 	}
@@ -412,20 +412,38 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 	}
 	now := s.clock()
 	var (
-		n   int64
-		rec *registry.CallRecord
+		n, id int64
+		rec   *registry.CallRecord
+		v     registry.AuditEntry // the committer reads its own copy
+		size  = len(result) + 256
 	)
-	err = s.commit.Do(ctx, len(result)+256, func(ctx context.Context, tx *sql.Tx) error {
+	if audit != nil {
+		store.NewAudit(audit, now)
+		v, size = *audit, size+512
+	}
+	err = s.commit.Do(ctx, size, func(ctx context.Context, tx *sql.Tx) error {
 		r, err := s.stmt(ctx, tx, finishCallSQL).ExecContext(ctx, result, micro(now), callerID, toolCallID, s.id)
 		if err != nil {
 			return err
 		}
-		n, _ = r.RowsAffected()
-		rec, err = store.ScanCall(s.stmt(ctx, tx, store.SelectCallSQL).QueryRowContext(ctx, callerID, toolCallID))
+		if n, err = r.RowsAffected(); err != nil {
+			return err
+		}
+		if n == 0 {
+			if rec, err = store.ScanCall(s.stmt(ctx, tx, store.SelectCallSQL).QueryRowContext(ctx, callerID, toolCallID)); err != nil {
+				return err
+			}
+		}
+		if audit != nil {
+			id, err = s.insertAudit(ctx, tx, &v)
+		}
 		return err
 	})
 	if err != nil {
 		return nil, false, err
+	}
+	if audit != nil {
+		audit.ID = id
 	}
 	// Only now is the result safe: until then the lease stays renewed, as
 	// the caller holds the result and retries.
@@ -530,15 +548,26 @@ func (s *Store) AppendAudit(ctx context.Context, e *registry.AuditEntry) error {
 	v := *e // the committer reads its own copy: a caller that gives up may retry with e
 	var id int64
 	err := s.commit.Do(ctx, 512, func(ctx context.Context, tx *sql.Tx) error {
-		return s.stmt(ctx, tx, insertAuditSQL).QueryRowContext(ctx,
-			micro(v.Time), v.Event, v.CallerID, v.ToolCallID, v.ToolName, string(v.Tier), string(v.Decision), v.Rule,
-			string(v.Status), string(v.Code), v.DurationMs, v.ArgumentsDigest, v.Issuer, v.Subject).Scan(&id)
+		var err error
+		id, err = s.insertAudit(ctx, tx, &v)
+		return err
 	})
 	if err != nil {
 		return err
 	}
 	e.ID = id
 	return nil
+}
+
+// insertAudit appends v in tx and returns its id.
+func (s *Store) insertAudit(ctx context.Context, tx *sql.Tx, v *registry.AuditEntry) (int64, error) {
+	r, err := s.stmt(ctx, tx, insertAuditSQL).ExecContext(ctx,
+		micro(v.Time), v.Event, v.CallerID, v.ToolCallID, v.ToolName, string(v.Tier), string(v.Decision), v.Rule,
+		string(v.Status), string(v.Code), v.DurationMs, v.ArgumentsDigest, v.Issuer, v.Subject)
+	if err != nil {
+		return 0, err
+	}
+	return r.LastInsertId()
 }
 
 // ListAudit implements registry.Store.

@@ -18,6 +18,11 @@ func Benchmark(b *testing.B, s registry.Store) {
 	result := func(rec *registry.CallRecord) *registry.Result {
 		return okResult(rec, `{"content":"a typical small tool output of some tens of bytes"}`)
 	}
+	// audit is the entry the executor writes with each result.
+	audit := func(rec *registry.CallRecord) *registry.AuditEntry {
+		return &registry.AuditEntry{CallerID: rec.CallerID, ToolCallID: rec.ToolCallID, ToolName: rec.ToolName, Tier: registry.SideEffecting,
+			Decision: registry.Allow, Rule: "tier-default:side_effecting", Status: registry.StatusOK, DurationMs: 7, ArgumentsDigest: rec.ArgumentsDigest}
+	}
 	begin := func(b *testing.B) *registry.CallRecord {
 		rec := running("bench", fmt.Sprintf("b-%d", seq.Add(1)), `{"path":"notes/today.md","content":"hello"}`)
 		if _, created, err := s.BeginCall(ctx, rec); err != nil || !created {
@@ -28,7 +33,7 @@ func Benchmark(b *testing.B, s registry.Store) {
 	b.Run("BeginFinish", func(b *testing.B) {
 		for b.Loop() {
 			rec := begin(b)
-			if _, stored, err := s.FinishCall(ctx, rec.CallerID, rec.ToolCallID, result(rec)); err != nil || !stored {
+			if _, stored, err := s.FinishCall(ctx, rec.CallerID, rec.ToolCallID, result(rec), audit(rec)); err != nil || !stored {
 				b.Fatalf("FinishCall: stored=%v, %v", stored, err)
 			}
 		}
@@ -38,7 +43,7 @@ func Benchmark(b *testing.B, s registry.Store) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				rec := begin(b)
-				if _, stored, err := s.FinishCall(ctx, rec.CallerID, rec.ToolCallID, result(rec)); err != nil || !stored {
+				if _, stored, err := s.FinishCall(ctx, rec.CallerID, rec.ToolCallID, result(rec), audit(rec)); err != nil || !stored {
 					b.Errorf("FinishCall: stored=%v, %v", stored, err)
 					return
 				}
@@ -47,7 +52,7 @@ func Benchmark(b *testing.B, s registry.Store) {
 	})
 	b.Run("RepeatDone", func(b *testing.B) {
 		rec := begin(b)
-		if _, _, err := s.FinishCall(ctx, rec.CallerID, rec.ToolCallID, result(rec)); err != nil {
+		if _, _, err := s.FinishCall(ctx, rec.CallerID, rec.ToolCallID, result(rec), audit(rec)); err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {

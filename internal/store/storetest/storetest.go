@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) registry.Store) {
 		{"BeginCallRace", testBeginCallRace},
 		{"TraceID", testTraceID},
 		{"FinishCall", testFinishCall},
+		{"FinishCallAudited", testFinishCallAudited},
 		{"WaitCall", testWaitCall},
 		{"WaitCallTimeout", testWaitCallTimeout},
 		{"ApprovalApprove", testApprovalApprove},
@@ -191,7 +192,7 @@ func RunReplicas(t *testing.T, newDB func(t *testing.T) SharedOpener) {
 			if rec.State != registry.CallRunning {
 				t.Fatalf("round %d: approved call is %s, want running", round, rec.State)
 			}
-			if _, stored, err := other.FinishCall(t.Context(), pend.CallerID, pend.ToolCallID, okResult(pend, `"loser"`)); err != nil || stored {
+			if _, stored, err := other.FinishCall(t.Context(), pend.CallerID, pend.ToolCallID, okResult(pend, `"loser"`), nil); err != nil || stored {
 				t.Fatalf("round %d: the losing store finished the winner's call (stored=%v, err=%v)", round, stored, err)
 			}
 			mustFinish(t, w, pend, okResult(pend, `"winner"`), true)
@@ -216,7 +217,7 @@ func RunReplicas(t *testing.T, newDB func(t *testing.T) SharedOpener) {
 			t.Fatalf("InterruptRunning past the lease = %d, %v; want 1", n, err)
 		}
 		wantDone(t, mustGet(t, a, x), registry.CodeInterrupted)
-		rec, stored, err := a.FinishCall(ctx, x.CallerID, x.ToolCallID, okResult(x, `"late"`))
+		rec, stored, err := a.FinishCall(ctx, x.CallerID, x.ToolCallID, okResult(x, `"late"`), nil)
 		if err != nil || stored || rec.Result.Code() != registry.CodeInterrupted {
 			t.Fatalf("finishing an interrupted call: stored=%v err=%v code=%s; want the interruption to stand", stored, err, rec.Result.Code())
 		}
@@ -336,7 +337,7 @@ func mustBegin(t *testing.T, s registry.Store, rec *registry.CallRecord, wantCre
 
 func mustFinish(t *testing.T, s registry.Store, rec *registry.CallRecord, res *registry.Result, wantStored bool) *registry.CallRecord {
 	t.Helper()
-	got, stored, err := s.FinishCall(t.Context(), rec.CallerID, rec.ToolCallID, res)
+	got, stored, err := s.FinishCall(t.Context(), rec.CallerID, rec.ToolCallID, res, nil)
 	if err != nil {
 		t.Fatalf("FinishCall(%s/%s): %v", rec.CallerID, rec.ToolCallID, err)
 	}
@@ -501,8 +502,9 @@ func testTraceID(t *testing.T, s registry.Store) {
 	if got := mustBegin(t, s, repeat, false); got.TraceID != traceID {
 		t.Errorf("a repeat read trace id %q, want the first call's %q", got.TraceID, traceID)
 	}
-	if got := mustFinish(t, s, run, okResult(run, `1`), true); got.TraceID != traceID {
-		t.Errorf("FinishCall returned trace id %q, want %q", got.TraceID, traceID)
+	mustFinish(t, s, run, okResult(run, `1`), true)
+	if got := mustGet(t, s, run); got.TraceID != traceID {
+		t.Errorf("GetCall of a finished call: trace id %q, want %q", got.TraceID, traceID)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -557,11 +559,13 @@ func testFinishCall(t *testing.T, s registry.Store) {
 	mustBegin(t, s, rec, true)
 	res := &registry.Result{ToolCallID: "fin", ToolName: rec.ToolName, Status: registry.StatusOK,
 		Output: json.RawMessage(`{"content":"héllo \u2028","n":[1,2.5,null]}`), Truncated: true, OriginalBytes: 99999, DurationMs: 12}
-	got := mustFinish(t, s, rec, res, true)
-	if got.State != registry.CallDone || got.Owner != "" || !got.ExpiresAt.IsZero() {
-		t.Errorf("finished record = %+v, want done, no owner, no expiry", got)
+	if got := mustFinish(t, s, rec, res, true); got != nil {
+		t.Errorf("FinishCall that stored returned a record: %+v", got)
 	}
 	stored := mustGet(t, s, rec)
+	if stored.State != registry.CallDone || stored.Owner != "" || !stored.ExpiresAt.IsZero() {
+		t.Errorf("finished record = %+v, want done, no owner, no expiry", stored)
+	}
 	r := stored.Result
 	if r == nil || r.Status != registry.StatusOK || !r.Truncated || r.OriginalBytes != 99999 || r.DurationMs != 12 || r.ToolCallID != "fin" {
 		t.Fatalf("stored result = %+v, want the one given", r)
@@ -588,12 +592,61 @@ func testFinishCall(t *testing.T, s registry.Store) {
 	if got := mustGet(t, s, e).Result; got.Code() != registry.CodeInvalidArguments || len(got.Error.Details) != 1 || got.Error.Details[0].Path != "/path" {
 		t.Errorf("stored error result = %+v", got.Error)
 	}
-	if _, _, err := s.FinishCall(ctx, "alice", "nope", res); !errors.Is(err, registry.ErrNotFound) {
+	if _, _, err := s.FinishCall(ctx, "alice", "nope", res, nil); !errors.Is(err, registry.ErrNotFound) {
 		t.Errorf("FinishCall of an unknown call: %v, want ErrNotFound", err)
 	}
 	// A repeat of a done call returns it.
 	if rep := mustBegin(t, s, rec, false); rep.State != registry.CallDone || rep.Result.Status != registry.StatusOK {
 		t.Errorf("repeating a done call returned %+v, want the stored result", rep)
+	}
+}
+
+// testFinishCallAudited: the audit entry given to FinishCall is written
+// with the result, in the same commit, whether or not the result is
+// stored, and not at all when the write fails.
+func testFinishCallAudited(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	rec := running("audited", "fa1", `{"path":"x"}`)
+	mustBegin(t, s, rec, true)
+	entry := func(id string, code registry.Code) *registry.AuditEntry {
+		return &registry.AuditEntry{CallerID: "audited", ToolCallID: id, ToolName: rec.ToolName, Tier: registry.SideEffecting,
+			Decision: registry.Allow, Rule: "tier-default:side_effecting", Status: registry.StatusOK, Code: code, DurationMs: 7, ArgumentsDigest: rec.ArgumentsDigest}
+	}
+	first := entry("fa1", "")
+	if got, stored, err := s.FinishCall(ctx, rec.CallerID, rec.ToolCallID, okResult(rec, `"one"`), first); err != nil || !stored || got != nil {
+		t.Fatalf("FinishCall with an audit entry = %+v, stored %v, %v; want stored, no record", got, stored, err)
+	}
+	if first.ID == 0 || first.Time.IsZero() || first.Event != "call" {
+		t.Fatalf("audit entry after FinishCall: id %d, time %v, event %q; want them assigned", first.ID, first.Time, first.Event)
+	}
+	// A second result is not stored; its audit entry still is: it records
+	// a call that ran.
+	second := entry("fa1", registry.CodeTool)
+	got, stored, err := s.FinishCall(ctx, rec.CallerID, rec.ToolCallID, okResult(rec, `"two"`), second)
+	if err != nil || stored || got == nil || string(got.Result.Output) != `"one"` {
+		t.Fatalf("second FinishCall = %+v, stored %v, %v; want the first result back, not stored", got, stored, err)
+	}
+	if second.ID <= first.ID {
+		t.Fatalf("second audit id %d, want after %d", second.ID, first.ID)
+	}
+	// No record: nothing is written, the entry included.
+	if _, _, err := s.FinishCall(ctx, "audited", "fa-none", okResult(rec, `1`), entry("fa-none", "")); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("FinishCall of an unknown call: %v, want ErrNotFound", err)
+	}
+	list, err := s.ListAudit(ctx, registry.AuditFilter{CallerID: "audited"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, e := range list {
+		ids = append(ids, fmt.Sprintf("%d:%s:%s", e.ID, e.ToolCallID, e.Code))
+	}
+	want := []string{fmt.Sprintf("%d:fa1:", first.ID), fmt.Sprintf("%d:fa1:%s", second.ID, registry.CodeTool)}
+	if fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Fatalf("audit trail = %v, want %v", ids, want)
+	}
+	if e := list[0]; e.Tier != registry.SideEffecting || e.Rule != "tier-default:side_effecting" || e.DurationMs != 7 || e.ArgumentsDigest != rec.ArgumentsDigest {
+		t.Errorf("stored entry = %+v, want the one given", e)
 	}
 }
 
@@ -1065,7 +1118,7 @@ func RunConcurrentWrites(t *testing.T, s registry.Store) {
 				t.Errorf("BeginCall %d: created=%v, %v", i, created, err)
 				return
 			}
-			if _, stored, err := s.FinishCall(ctx, rec.CallerID, rec.ToolCallID, okResult(rec, fmt.Sprintf(`{"n":%d}`, i))); err != nil || !stored {
+			if _, stored, err := s.FinishCall(ctx, rec.CallerID, rec.ToolCallID, okResult(rec, fmt.Sprintf(`{"n":%d}`, i)), nil); err != nil || !stored {
 				t.Errorf("FinishCall %d: stored=%v, %v", i, stored, err)
 			}
 		})
