@@ -106,7 +106,9 @@ type Executor struct {
 	// given no attributes.
 	tracing bool
 	// answers recycles the channels handlers answer on.
-	answers  sync.Pool
+	answers sync.Pool
+	// runners run the handlers.
+	runners  *runners
 	maxDepth int
 	wait     time.Duration
 	// backlog holds results whose record could not be finished yet.
@@ -132,6 +134,7 @@ func NewExecutor(o Options) *Executor {
 	e.maxDepth = cmp.Or(o.MaxArgumentsDepth, 64)
 	e.wait = cmp.Or(o.WaitTimeout, time.Minute)
 	e.backlog = newBacklog(cmp.Or(o.RecordBacklog, 1000))
+	e.runners = newRunners(runnerIdle)
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -546,7 +549,7 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, req *Request, timeout
 			}
 		}
 	}
-	go func() {
+	e.runners.Go(func() {
 		defer func() {
 			if p := recover(); p != nil {
 				e.log.Error("tool panicked", "tool", tool.Name, "toolCallId", req.CallID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -557,7 +560,7 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, req *Request, timeout
 		out, err := tool.Handler.Run(tctx, req)
 		returned()
 		done <- outcome{out, err}
-	}()
+	})
 	select {
 	case o := <-done:
 		// The handler has answered and sends nothing more.
