@@ -160,8 +160,12 @@ func TestTraceErrorsAndRoutes(t *testing.T) {
 	if s := findSpan(t, spans, "GET /tools/{name}"); spanAttrs(s)["http.route"].AsString() != "/tools/{name}" {
 		t.Errorf("route of /tools/json__query: %v", spanAttrs(s))
 	}
-	if s := findSpan(t, spans, "GET "+UnmatchedRoute); spanAttrs(s)["http.response.status_code"].AsInt64() != 404 {
-		t.Errorf("unmatched: %v", spanAttrs(s))
+	if s := findSpan(t, spans, "GET "+UnmatchedRoute); spanAttrs(s)["http.response.status_code"].AsInt64() != 404 || s.Status.Code == codes.Error {
+		t.Errorf("unmatched: %v %v (a 4xx is the client's error, not the server's)", s.Status, spanAttrs(s))
+	}
+	if s := findSpan(t, spans, "GET /tools/{name}"); spanAttrs(s)["url.path"].AsString() != "/tools/json__query" || spanAttrs(s)["client.address"].AsString() == "" ||
+		spanAttrs(s)["network.protocol.version"].AsString() != "1.1" || s.InstrumentationScope.Name != tracerName {
+		t.Errorf("request attributes of GET /tools/json__query: %v, scope %q", spanAttrs(s), s.InstrumentationScope.Name)
 	}
 	for _, s := range spans {
 		if strings.Contains(s.Name, "healthz") || strings.Contains(s.Name, "metrics") {
