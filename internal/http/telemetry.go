@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -99,7 +100,12 @@ func (s *Server) telemetry() func(http.Handler) http.Handler {
 			}
 			if span.IsRecording() {
 				span.SetName(method + " " + route)
-				span.SetAttributes(attribute.String("http.route", route), attribute.Int("http.response.status_code", status))
+				attrs := []attribute.KeyValue{attribute.String("http.route", route)}
+				if r.ContentLength > 0 {
+					attrs = append(attrs, attribute.Int64("http.request.body.size", r.ContentLength))
+				}
+				span.SetAttributes(append(attrs, attribute.Int("http.response.body.size", ww.BytesWritten()),
+					attribute.Int("http.response.status_code", status))...)
 				if status >= 500 {
 					span.SetStatus(codes.Error, "")
 				}
@@ -122,29 +128,53 @@ func untraced(path string) bool {
 }
 
 // requestAttributes describe a request on its server span, by the HTTP
-// semantic conventions.
+// semantic conventions, in the order otelhttp gave them.
 func requestAttributes(r *http.Request, method string) []attribute.KeyValue {
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	attrs := []attribute.KeyValue{
-		attribute.String("http.request.method", method),
-		attribute.String("url.scheme", scheme),
-		attribute.String("url.path", r.URL.Path),
-		attribute.String("server.address", r.Host),
-		attribute.String("network.protocol.version", strconv.Itoa(r.ProtoMajor)+"."+strconv.Itoa(r.ProtoMinor)),
-	}
+	attrs := make([]attribute.KeyValue, 0, 12)
+	host, port := splitHostPort(r.Host)
+	attrs = append(attrs, attribute.String("server.address", host), attribute.String("http.request.method", method))
 	if method == "_OTHER" {
 		attrs = append(attrs, attribute.String("http.request.method_original", r.Method))
+	}
+	attrs = append(attrs, attribute.String("url.scheme", scheme))
+	if port > 0 {
+		attrs = append(attrs, attribute.Int("server.port", port))
+	}
+	peer, peerPort := splitHostPort(r.RemoteAddr)
+	if peer != "" {
+		attrs = append(attrs, attribute.String("network.peer.address", peer))
+	}
+	if peerPort > 0 {
+		attrs = append(attrs, attribute.Int("network.peer.port", peerPort))
 	}
 	if ua := r.UserAgent(); ua != "" {
 		attrs = append(attrs, attribute.String("user_agent.original", ua))
 	}
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		attrs = append(attrs, attribute.String("client.address", host))
+	client := peer
+	if fwd := r.Header.Get("X-Forwarded-For"); fwd != "" {
+		first, _, _ := strings.Cut(fwd, ",")
+		client = strings.TrimSpace(first)
 	}
-	return attrs
+	if client != "" {
+		attrs = append(attrs, attribute.String("client.address", client))
+	}
+	return append(attrs, attribute.String("url.path", r.URL.Path),
+		attribute.String("network.protocol.version", strconv.Itoa(r.ProtoMajor)+"."+strconv.Itoa(r.ProtoMinor)))
+}
+
+// splitHostPort splits "host:port" (or a bare host); port is 0 when
+// absent or not a number.
+func splitHostPort(hostport string) (string, int) {
+	host, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return hostport, 0
+	}
+	port, _ := strconv.Atoi(p)
+	return host, port
 }
 
 // methodLabel keeps the method label to the standard methods.
