@@ -5,7 +5,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -25,7 +28,7 @@ type LogOptions struct {
 // span, and the values of attributes that name secrets replaced (see
 // RedactSecrets).
 func NewLogger(w io.Writer, o LogOptions) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: o.Level, ReplaceAttr: RedactSecrets}
+	opts := &slog.HandlerOptions{Level: o.Level, ReplaceAttr: newRedactor().replace}
 	var h slog.Handler
 	if o.Format == "text" {
 		h = slog.NewTextHandler(w, opts)
@@ -76,6 +79,52 @@ func RedactSecrets(_ []string, a slog.Attr) slog.Attr {
 		return slog.String(a.Key, Redacted)
 	}
 	return a
+}
+
+// redactor is RedactSecrets with the verdict on each key remembered: the
+// service logs the same few dozen keys on every line, and looking one up
+// costs a fraction of reading it. The remembered keys are a map replaced
+// whole when a key is added (lookups take no lock), up to maxKeys; keys
+// beyond those are checked every time.
+type redactor struct {
+	mu      sync.Mutex
+	secret  atomic.Pointer[map[string]bool]
+	maxKeys int
+}
+
+func newRedactor() *redactor {
+	r := &redactor{maxKeys: 1024}
+	r.secret.Store(&map[string]bool{})
+	return r
+}
+
+// replace is RedactSecrets.
+func (r *redactor) replace(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindGroup {
+		return a
+	}
+	if r.isSecretKey(a.Key) || a.Value.Kind() == slog.KindString && isCredential(a.Value.String()) {
+		return slog.String(a.Key, Redacted)
+	}
+	return a
+}
+
+func (r *redactor) isSecretKey(key string) bool {
+	known := *r.secret.Load()
+	if s, ok := known[key]; ok {
+		return s
+	}
+	s := isSecretKey(key)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	known = *r.secret.Load()
+	if _, ok := known[key]; !ok && len(known) < r.maxKeys {
+		next := make(map[string]bool, len(known)+1)
+		maps.Copy(next, known)
+		next[key] = s
+		r.secret.Store(&next)
+	}
+	return s
 }
 
 func isSecretKey(key string) bool {

@@ -301,3 +301,26 @@ func TestRedactSecrets(t *testing.T) {
 		t.Errorf("ordinary attributes were redacted:\n%s", s)
 	}
 }
+
+// TestRedactorRemembersVerdicts: the logger's remembered verdicts are
+// RedactSecrets' own, for keys seen before, keys beyond the ones it keeps,
+// and credentials in the values of keys it knows to be harmless.
+func TestRedactorRemembersVerdicts(t *testing.T) {
+	r := newRedactor()
+	r.maxKeys = 3
+	keys := []string{"tool", "Authorization", "header", "api_key", "caller", "X-Api-Key", "durationMs", "client_secret"}
+	values := []slog.Value{slog.StringValue("plain"), slog.StringValue("Bearer abc.def"), slog.IntValue(3)}
+	for round := range 3 {
+		for _, k := range keys {
+			for _, v := range values {
+				a := slog.Attr{Key: k, Value: v}
+				if got, want := r.replace(nil, a), RedactSecrets(nil, a); !got.Equal(want) {
+					t.Fatalf("round %d: %s=%v became %v, want %v", round, k, v, got, want)
+				}
+			}
+		}
+	}
+	if n := len(*r.secret.Load()); n != 3 {
+		t.Errorf("remembered %d keys, want the cap of 3", n)
+	}
+}
