@@ -122,6 +122,9 @@ type Executor struct {
 type state struct {
 	reg    *Registry
 	policy Policy
+	// series are each tool's metric series for the common case, looked
+	// up at load (nil without metrics).
+	series map[string]*toolSeries
 }
 
 // NewExecutor returns an executor.
@@ -160,17 +163,19 @@ func (e *Executor) Load(reg *Registry, p Policy) {
 	if reg == nil {
 		reg, _ = New(Defaults{})
 	}
+	st := &state{reg: reg, policy: p}
 	if e.metrics != nil {
 		// Create each tool's per-tool series at zero, so dashboards and
-		// rate() see them before the first call or truncation.
+		// rate() see them before the first call or truncation, and look
+		// up the ones every call touches once.
+		st.series = make(map[string]*toolSeries, len(reg.tools))
 		for _, t := range reg.tools {
-			e.metrics.truncated.WithLabelValues(t.Name)
-			e.metrics.inFlight.WithLabelValues(t.Name)
 			e.metrics.abandonedTotal.WithLabelValues(t.Name)
 			e.metrics.abandoned.WithLabelValues(t.Name)
+			st.series[t.Name] = e.metrics.seriesOf(t)
 		}
 	}
-	e.state.Store(&state{reg: reg, policy: p})
+	e.state.Store(st)
 }
 
 // Registry returns the registry in use.
@@ -192,6 +197,9 @@ type flight struct {
 	caller *Caller
 	call   *Call
 	tool   *Tool
+	// series are the tool's prepared metric series (nil without metrics
+	// or tool).
+	series *toolSeries
 	res    *Result
 	// resumed is the approval request of an approved call that resumes at
 	// the run stage; caller and call are then what it was filed with.
@@ -284,6 +292,9 @@ func (e *Executor) lookup(ctx context.Context, f *flight) (context.Context, trac
 		f.res.ToolCallID = NewCallID()
 	}
 	f.tool, _ = f.st.reg.Lookup(f.call.ToolName)
+	if f.tool != nil {
+		f.series = f.st.series[f.tool.Name]
+	}
 	ctx, span := e.startSpan(ctx, "execute_tool "+f.label(), f.label(), f.res.ToolCallID)
 	if f.tool != nil && span.IsRecording() {
 		span.SetAttributes(attribute.String("gen_ai.tool.type", f.tool.Type), attribute.String("toolsvc.tool.tier", string(f.tool.Tier)))
@@ -359,7 +370,9 @@ func (e *Executor) decide(ctx context.Context, f *flight) error {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.AddEvent("policy_decision", trace.WithAttributes(attribute.String("toolsvc.policy.decision", string(d.Effect)), attribute.String("toolsvc.policy.rule", d.Rule)))
 	}
-	if e.metrics != nil {
+	if f.series != nil && d.Effect == Allow {
+		f.series.allowed.get().Inc()
+	} else if e.metrics != nil {
 		e.metrics.decisions.WithLabelValues(f.tool.Name, string(d.Effect)).Inc()
 	}
 	switch d.Effect {
@@ -416,7 +429,7 @@ func (e *Executor) runTool(ctx context.Context, f *flight, release func()) (any,
 		Name: f.tool.Name, CallID: f.res.ToolCallID, Arguments: f.args, Context: f.call.Context,
 		MaxOutputBytes: f.tool.MaxOutputBytes, Caller: f.caller, Catalog: f.call.Catalog, spiller: e.spill,
 	}
-	return e.invoke(ctx, f.tool, f.req, timeout, release)
+	return e.invoke(ctx, f.tool, f.series, f.req, timeout, release)
 }
 
 // cut encodes the output, cut to the tool's maxOutputBytes; a cut
@@ -524,14 +537,13 @@ type outcome struct {
 // context is abandoned at the deadline, so the caller always gets an
 // answer; it keeps its concurrency slots (release runs when the handler
 // really returns) and is counted until then.
-func (e *Executor) invoke(ctx context.Context, tool *Tool, req *Request, timeout time.Duration, release func()) (any, error) {
+func (e *Executor) invoke(ctx context.Context, tool *Tool, series *toolSeries, req *Request, timeout time.Duration, release func()) (any, error) {
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req.Deadline, _ = tctx.Deadline()
-	if e.metrics != nil {
-		g := e.metrics.inFlight.WithLabelValues(tool.Name)
-		g.Inc()
-		defer g.Dec()
+	if series != nil {
+		series.inFlight.Inc()
+		defer series.inFlight.Dec()
 	}
 	done, _ := e.answers.Get().(chan outcome)
 	if done == nil {
@@ -697,7 +709,13 @@ func (e *Executor) observe(ctx context.Context, span trace.Span, f *flight, elap
 			span.SetAttributes(attribute.String("toolsvc.caller.issuer", caller.Issuer), attribute.String("toolsvc.caller.subject", caller.Subject))
 		}
 	}
-	if e.metrics != nil {
+	if s := f.series; s != nil && res.Status == StatusOK && code == "" {
+		s.ok.get().Inc()
+		observeWithTrace(s.okDuration.get(), span.SpanContext(), elapsed.Seconds())
+		if res.Truncated {
+			s.truncated.Inc()
+		}
+	} else if e.metrics != nil {
 		e.metrics.calls.WithLabelValues(label, string(tier), string(res.Status), code).Inc()
 		observeWithTrace(e.metrics.duration.WithLabelValues(label, string(res.Status)), span.SpanContext(), elapsed.Seconds())
 		if res.Truncated {

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.opentelemetry.io/otel/trace"
+	"sync"
 )
 
 // UnknownTool is the metric label of a tool name that is not registered,
@@ -23,6 +24,43 @@ type Metrics struct {
 	abandonedTotal *prometheus.CounterVec
 	abandoned      *prometheus.GaugeVec
 	backlog        prometheus.Gauge
+}
+
+// toolSeries are one tool's series for the common case (allowed, in
+// flight, ok), looked up once per tool instead of on every call. The
+// in-flight and truncation series exist from load, at zero, as before;
+// the others are created by the first call that touches them, so that a
+// catalog of thousands of tools does not expose series (a histogram is 19)
+// that no call has touched.
+type toolSeries struct {
+	inFlight   prometheus.Gauge
+	truncated  prometheus.Counter
+	allowed    lazy[prometheus.Counter]
+	ok         lazy[prometheus.Counter]
+	okDuration lazy[prometheus.Observer]
+}
+
+func (m *Metrics) seriesOf(t *Tool) *toolSeries {
+	name := t.Name
+	return &toolSeries{
+		inFlight:   m.inFlight.WithLabelValues(name),
+		truncated:  m.truncated.WithLabelValues(name),
+		allowed:    lazy[prometheus.Counter]{new: func() prometheus.Counter { return m.decisions.WithLabelValues(name, string(Allow)) }},
+		ok:         lazy[prometheus.Counter]{new: func() prometheus.Counter { return m.calls.WithLabelValues(name, string(t.Tier), string(StatusOK), "") }},
+		okDuration: lazy[prometheus.Observer]{new: func() prometheus.Observer { return m.duration.WithLabelValues(name, string(StatusOK)) }},
+	}
+}
+
+// lazy is a value made by new on first use.
+type lazy[T any] struct {
+	once sync.Once
+	v    T
+	new  func() T
+}
+
+func (l *lazy[T]) get() T {
+	l.once.Do(func() { l.v = l.new() })
+	return l.v
 }
 
 // DurationBuckets suit tool calls from 1 ms to 300 s.
