@@ -544,6 +544,10 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, series *toolSeries, r
 	if series != nil {
 		series.inFlight.Inc()
 		defer series.inFlight.Dec()
+	} else if e.metrics != nil {
+		g := e.metrics.inFlight.WithLabelValues(tool.Name)
+		g.Inc()
+		defer g.Dec()
 	}
 	done, _ := e.answers.Get().(chan outcome)
 	if done == nil {

@@ -222,3 +222,45 @@ func TestApprovalsPendingGauge(t *testing.T) {
 	var none *Metrics
 	none.SetApprovalsPending(1) // no metrics: no panic
 }
+
+// TestToolSeriesCountEveryCall: the series looked up once per tool count
+// what the labelled lookups counted, for ok calls and the others alike,
+// and a tool no call has touched exposes no call or decision series.
+func TestToolSeriesCountEveryCall(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	fail := func(ctx context.Context, r *Request) (any, error) { return nil, ToolError("no", "") }
+	e := newExec(t, Options{Metrics: NewMetrics(reg)}, tool("t__echo", ReadOnly, echo), tool("t__fail", ReadOnly, fail), tool("t__idle", ReadOnly, echo))
+	for range 3 {
+		mustExec(t, e, nil, &Call{ToolName: "t__echo", Arguments: json.RawMessage(`{"path":"a"}`)})
+	}
+	mustExec(t, e, nil, &Call{ToolName: "t__fail", Arguments: json.RawMessage(`{"path":"a"}`)})
+	m := e.metrics
+	for _, c := range []struct {
+		name string
+		got  prometheus.Collector
+		want float64
+	}{
+		{"ok calls of t__echo", m.calls.WithLabelValues("t__echo", "read_only", "ok", ""), 3},
+		{"failed calls of t__fail", m.calls.WithLabelValues("t__fail", "read_only", "error", "E_TOOL"), 1},
+		{"allowed t__echo", m.decisions.WithLabelValues("t__echo", "allow"), 3},
+		{"allowed t__fail", m.decisions.WithLabelValues("t__fail", "allow"), 1},
+		{"t__echo in flight", m.inFlight.WithLabelValues("t__echo"), 0},
+	} {
+		if got := testutil.ToFloat64(c.got); got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.duration); n != 2 {
+		t.Errorf("%d duration series, want 2 (t__echo ok, t__fail error)", n)
+	}
+	families, _ := reg.Gather()
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetValue() == "t__idle" && (f.GetName() == "toolsvc_tool_calls_total" || f.GetName() == "toolsvc_policy_decisions_total" || f.GetName() == "toolsvc_tool_call_duration_seconds") {
+					t.Errorf("%s has a series for t__idle, which no call touched", f.GetName())
+				}
+			}
+		}
+	}
+}
