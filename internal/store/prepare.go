@@ -41,6 +41,31 @@ func NewApproval(a *registry.Approval, now time.Time) ([]byte, error) {
 	return EncodeFiling(a.Filed)
 }
 
+// Finish is what FinishCall writes, prepared before the group commit
+// takes it: the encoded result, the committer's own copy of the audit
+// entry (nil without one; the caller's entry gets its time and event set
+// as AppendAudit sets them), and the write's size for the commit's bound.
+type Finish struct {
+	Result []byte
+	Audit  *registry.AuditEntry
+	Size   int
+}
+
+// NewFinish prepares the write of res and audit (which may be nil).
+func NewFinish(res *registry.Result, audit *registry.AuditEntry, now time.Time) (Finish, error) {
+	result, err := EncodeResult(res)
+	if err != nil {
+		return Finish{}, err
+	}
+	f := Finish{Result: result, Size: len(result) + 256}
+	if audit != nil {
+		NewAudit(audit, now)
+		v := *audit
+		f.Audit, f.Size = &v, f.Size+512
+	}
+	return f, nil
+}
+
 // NewAudit sets what AppendAudit records beside e's own fields: the time
 // (now when unset, at the stored precision) and the event ("call" when
 // unset).

@@ -514,40 +514,34 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 		return nil, false, errors.New("postgres store: FinishCall needs a result")
 	}
 	key := store.Key(callerID, toolCallID)
-	result, err := store.EncodeResult(res)
+	now := s.clock()
+	w, err := store.NewFinish(res, audit, now)
 	if err != nil {
 		return nil, false, err
 	}
-	now := s.clock()
 	var (
 		stored bool
 		id     int64
-		v      registry.AuditEntry // the committer reads its own copy
-		size   = len(result) + 256
 	)
-	if audit != nil {
-		store.NewAudit(audit, now)
-		v, size = *audit, size+512
-	}
-	err = s.commit.Do(ctx, size, func(ctx context.Context, b *pgx.Batch) error {
+	err = s.commit.Do(ctx, w.Size, func(ctx context.Context, b *pgx.Batch) error {
 		stored = false
 		b.Queue(`WITH u AS (
 				UPDATE calls SET state = 'done', result = $1, owner = '', expires_at = NULL, updated_at = $2
 				WHERE caller_id = $3 AND tool_call_id = $4 AND (state = 'pending_approval' OR (state = 'running' AND owner = $5))
 				RETURNING 1)
 			SELECT count(*) FROM u CROSS JOIN LATERAL (SELECT pg_notify($6, $7)) AS n`,
-			result, now, callerID, toolCallID, s.id, s.channel, key).QueryRow(func(row pgx.Row) error {
+			w.Result, now, callerID, toolCallID, s.id, s.channel, key).QueryRow(func(row pgx.Row) error {
 			var n int
 			err := row.Scan(&n)
 			stored = n == 1
 			return err
 		})
-		if audit != nil {
+		if w.Audit != nil {
 			// Only beside a record: FinishCall of an unknown call writes
 			// nothing (ErrNotFound below).
 			b.Queue(insertAuditSQL+` SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14
 				WHERE EXISTS (SELECT 1 FROM calls WHERE caller_id = $3 AND tool_call_id = $4) RETURNING id`,
-				auditArgs(&v)...).QueryRow(func(row pgx.Row) error {
+				auditArgs(w.Audit)...).QueryRow(func(row pgx.Row) error {
 				if err := row.Scan(&id); !errors.Is(err, pgx.ErrNoRows) {
 					return err
 				}

@@ -406,23 +406,17 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 		return nil, false, errors.New("sqlite store: FinishCall needs a result")
 	}
 	key := store.Key(callerID, toolCallID)
-	result, err := store.EncodeResult(res)
+	now := s.clock()
+	w, err := store.NewFinish(res, audit, now)
 	if err != nil {
 		return nil, false, err
 	}
-	now := s.clock()
 	var (
 		n, id int64
 		rec   *registry.CallRecord
-		v     registry.AuditEntry // the committer reads its own copy
-		size  = len(result) + 256
 	)
-	if audit != nil {
-		store.NewAudit(audit, now)
-		v, size = *audit, size+512
-	}
-	err = s.commit.Do(ctx, size, func(ctx context.Context, tx *sql.Tx) error {
-		r, err := s.stmt(ctx, tx, finishCallSQL).ExecContext(ctx, result, micro(now), callerID, toolCallID, s.id)
+	err = s.commit.Do(ctx, w.Size, func(ctx context.Context, tx *sql.Tx) error {
+		r, err := s.stmt(ctx, tx, finishCallSQL).ExecContext(ctx, w.Result, micro(now), callerID, toolCallID, s.id)
 		if err != nil {
 			return err
 		}
@@ -434,8 +428,8 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 				return err
 			}
 		}
-		if audit != nil {
-			id, err = s.insertAudit(ctx, tx, &v)
+		if w.Audit != nil {
+			id, err = s.insertAudit(ctx, tx, w.Audit)
 		}
 		return err
 	})
