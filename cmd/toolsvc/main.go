@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -23,6 +24,7 @@ func main() {
 	}
 	if os.Getenv("GOGC") == "" && serves(os.Args) { // a GOGC set is the runtime's already
 		debug.SetGCPercent(defaultGCPercent)
+		go tuneGC(ctx, 100*time.Millisecond, liveHeap, debug.SetGCPercent)
 	}
 	if err := run(ctx, os.Args, os.Environ(), os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "toolsvc:", err)
@@ -57,16 +59,66 @@ func minProcs(current int, env string, embedded bool) int {
 }
 
 // defaultGCPercent is the GOGC the service runs with when the GOGC
-// environment variable is unset.
+// environment variable is unset and the live heap is small.
 //
-// The live heap of a serving process is small (about 4 MiB under load),
-// so at Go's default of 100 the collector runs about 27 times a second
-// under read-only load. At 400 it ran 54 times instead of 215 in 8 s of
-// fs__stat load, its share of the CPU fell from 9 % to 3 %, and the
-// server's CPU per call was 0.93× (0.79× in a quieter earlier sitting),
-// for a peak RSS of about 73 MB instead of 53 MB (BENCHMARKS.md).
-// GOMEMLIMIT, when set, still bounds the heap.
+// The live heap of a serving process is small (about 4 MiB under read-only
+// load), so at Go's default of 100 the collector runs about 27 times a
+// second. At 400 it ran 54 times instead of 215 in 8 s of fs__stat load,
+// its share of the CPU fell from 9 % to 3 %, and the server's CPU per call
+// was 0.93× (0.79× in a quieter earlier sitting), for a peak RSS of about
+// 73 MB instead of 53 MB (BENCHMARKS.md). A large live heap (large
+// outputs in flight, a large catalog) would grow four times over before a
+// collection, so tuneGC lowers GOGC as the live heap grows: see
+// gcPercentFor. GOMEMLIMIT, when set, still bounds the heap.
 const defaultGCPercent = 400
+
+// maxGCHeadroom bounds how far the heap may grow past the live heap
+// before a collection when GOGC is unset, until Go's own 100 % allows
+// more.
+const maxGCHeadroom = 64 << 20
+
+// gcPercentFor is the GOGC for a live heap of live bytes when GOGC is
+// unset: 400 while that leaves at most maxGCHeadroom of growth (a live
+// heap under 16 MiB), then what leaves maxGCHeadroom, in steps of 25,
+// and Go's 100 from a live heap of 64 MiB. Under the soak's mix of large
+// outputs (a live heap of about 65 MiB) a fixed 400 let RSS grow by
+// 272 MiB where 100 let it grow by 88.
+func gcPercentFor(live uint64) int {
+	if live == 0 {
+		return defaultGCPercent
+	}
+	p := min(uint64(defaultGCPercent), maxGCHeadroom*100/live)
+	return max(100, int(p)/25*25)
+}
+
+// tuneGC sets GOGC (through set) to gcPercentFor the live heap, read
+// every interval, until ctx ends.
+func tuneGC(ctx context.Context, every time.Duration, live func() uint64, set func(int) int) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	current := defaultGCPercent
+	for {
+		if p := gcPercentFor(live()); p != current {
+			set(p)
+			current = p
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// liveHeap is the heap the last collection found live, in bytes.
+func liveHeap() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
 
 // gcPercentNow returns the runtime's current GOGC, or -1 when the
 // collector is off.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"regexp"
 	"runtime"
@@ -73,6 +75,49 @@ func TestGCPercentNow(t *testing.T) {
 	debug.SetGCPercent(-1)
 	if got := gcPercentNow(); got != -1 {
 		t.Errorf("gcPercentNow with the collector off = %d, want -1", got)
+	}
+}
+
+func TestGCPercentFor(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		live uint64
+		want int
+	}{{0, 400}, {4 * mib, 400}, {16 * mib, 400}, {17 * mib, 375}, {20 * mib, 300}, {40 * mib, 150}, {63 * mib, 100}, {64 * mib, 100}, {1 << 30, 100}} {
+		if got := gcPercentFor(c.live); got != c.want {
+			t.Errorf("gcPercentFor(%d MiB) = %d, want %d", c.live/mib, got, c.want)
+		}
+	}
+}
+
+// TestTuneGC: the tuner follows the live heap both ways, and sets GOGC
+// only when the value changes.
+func TestTuneGC(t *testing.T) {
+	const mib = 1 << 20
+	lives := []uint64{4 * mib, 4 * mib, 40 * mib, 40 * mib, 200 * mib, 8 * mib}
+	var (
+		i   int
+		set []int
+	)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tuneGC(ctx, time.Millisecond, func() uint64 {
+			l := lives[min(i, len(lives)-1)]
+			if i++; i == len(lives)+1 {
+				cancel()
+			}
+			return l
+		}, func(p int) int { set = append(set, p); return 0 })
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("tuneGC did not return after its context ended")
+	}
+	if want := []int{150, 100, 400}; fmt.Sprint(set) != fmt.Sprint(want) {
+		t.Errorf("GOGC set to %v, want %v", set, want)
 	}
 }
 
