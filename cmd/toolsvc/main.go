@@ -74,15 +74,16 @@ const defaultGCPercent = 400
 
 // maxGCHeadroom bounds how far the heap may grow past the live heap
 // before a collection when GOGC is unset, until Go's own 100 % allows
-// more.
-const maxGCHeadroom = 64 << 20
+// more. Read-only load keeps the live heap near 4 MiB, so it still runs
+// at 400.
+const maxGCHeadroom = 32 << 20
 
 // gcPercentFor is the GOGC for a live heap of live bytes when GOGC is
 // unset: 400 while that leaves at most maxGCHeadroom of growth (a live
-// heap under 16 MiB), then what leaves maxGCHeadroom, in steps of 25,
-// and Go's 100 from a live heap of 64 MiB. Under the soak's mix of large
-// outputs (a live heap of about 65 MiB) a fixed 400 let RSS grow by
-// 272 MiB where 100 let it grow by 88.
+// heap up to 8 MiB), then what leaves maxGCHeadroom, in steps of 25, and
+// Go's 100 from a live heap of 32 MiB. Under the soak's mix of large
+// outputs a fixed 400 let RSS grow by 272 MiB at peak, Go's 100 by 88,
+// this by 72 (with 64 MiB of headroom: 104).
 func gcPercentFor(live uint64) int {
 	if live == 0 {
 		return defaultGCPercent

@@ -83,7 +83,7 @@ func TestGCPercentFor(t *testing.T) {
 	for _, c := range []struct {
 		live uint64
 		want int
-	}{{0, 400}, {4 * mib, 400}, {16 * mib, 400}, {17 * mib, 375}, {20 * mib, 300}, {40 * mib, 150}, {63 * mib, 100}, {64 * mib, 100}, {1 << 30, 100}} {
+	}{{0, 400}, {4 * mib, 400}, {8 * mib, 400}, {9 * mib, 350}, {12 * mib, 250}, {20 * mib, 150}, {31 * mib, 100}, {32 * mib, 100}, {1 << 30, 100}} {
 		if got := gcPercentFor(c.live); got != c.want {
 			t.Errorf("gcPercentFor(%d MiB) = %d, want %d", c.live/mib, got, c.want)
 		}
@@ -94,7 +94,7 @@ func TestGCPercentFor(t *testing.T) {
 // only when the value changes.
 func TestTuneGC(t *testing.T) {
 	const mib = 1 << 20
-	lives := []uint64{4 * mib, 4 * mib, 40 * mib, 40 * mib, 200 * mib, 8 * mib}
+	lives := []uint64{4 * mib, 4 * mib, 20 * mib, 20 * mib, 200 * mib, 8 * mib}
 	var (
 		i   int
 		set []int
