@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -11,6 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	_ "modernc.org/sqlite" // the "sqlite" driver, to read the audit trail
 )
 
 // TestDurableUnderKill: toolsvc is killed with SIGKILL in the middle of
@@ -19,6 +24,8 @@ import (
 // with the answered result, and its line; a retry of every call sent
 // answers from its record (ok or E_INTERRUPTED) or, if its record never
 // committed, runs it then; and no line appears twice, so no call ran twice.
+// Every acknowledged call also has exactly one audit entry, written with
+// its result.
 func TestDurableUnderKill(t *testing.T) {
 	t.Run("SQLite", func(t *testing.T) {
 		data := t.TempDir()
@@ -149,6 +156,71 @@ func checkDurableUnderKill(t *testing.T, env ...string) {
 			t.Errorf("acknowledged %s: its line appears %d times after the retries, want 1", id, after[id])
 		}
 	}
+	audits := auditedCalls(t, env)
+	for id := range acked {
+		if audits[id] != 1 {
+			t.Errorf("acknowledged %s has %d audit entries after the kill and the retries, want 1", id, audits[id])
+		}
+	}
+}
+
+// auditedCalls counts the "call" audit entries of each toolCallId in the
+// store env names (read straight from the database).
+func auditedCalls(t *testing.T, env []string) map[string]int {
+	t.Helper()
+	setting := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		setting[k] = v
+	}
+	const q = `SELECT tool_call_id, count(*) FROM audit WHERE event = 'call' GROUP BY tool_call_id`
+	counts := map[string]int{}
+	if url := setting["TOOLSVC_STORE_URL"]; url != "" {
+		conn, err := pgx.Connect(t.Context(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		rows, err := conn.Query(t.Context(), strings.Replace(q, "FROM audit", "FROM "+setting["TOOLSVC_STORE_SCHEMA"]+".audit", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var n int
+			if err := rows.Scan(&id, &n); err != nil {
+				t.Fatal(err)
+			}
+			counts[id] = n
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return counts
+	}
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(setting["TOOLSVC_DATA_DIR"], "toolsvc.db")+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(t.Context(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			t.Fatal(err)
+		}
+		counts[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return counts
 }
 
 // durableCall appends id as a line to worker w's file.
