@@ -45,7 +45,7 @@ func decodeBatch(raw []byte) (*wireBatch, error) {
 
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	format, err := resultFormat(q.Get("format"))
+	format, err := s.formats.result(q.Get("format"))
 	if err != nil {
 		return err
 	}

@@ -254,7 +254,7 @@ func shapeError(err error) string {
 
 func (s *Server) handleCall(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	format, err := resultFormat(q.Get("format"))
+	format, err := s.formats.result(q.Get("format"))
 	if err != nil {
 		return err
 	}

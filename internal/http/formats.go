@@ -207,40 +207,45 @@ func wireFormats() []wireFormat {
 	}
 }
 
-// formatNames lists the ?format= values.
-func formatNames() string {
+// formats is the table of ?format= values, built once per server: every
+// call and catalog request looks its format up in it.
+type formats []wireFormat
+
+// names lists the ?format= values.
+func (fs formats) names() string {
 	var names []string
-	for _, f := range wireFormats() {
+	for _, f := range fs {
 		names = append(names, f.name)
 	}
 	return strings.Join(names, ", ")
 }
 
-func wireFormatNamed(name string) (wireFormat, error) {
+// named returns the format of a ?format= value ("" is native).
+func (fs formats) named(name string) (wireFormat, error) {
 	if name == "" {
 		name = "native"
 	}
-	for _, f := range wireFormats() {
+	for _, f := range fs {
 		if f.name == name {
 			return f, nil
 		}
 	}
-	return wireFormat{}, problem(kindInvalidParameter, fmt.Sprintf("format %q is not one of %s", name, formatNames()))
+	return wireFormat{}, problem(kindInvalidParameter, fmt.Sprintf("format %q is not one of %s", name, fs.names()))
 }
 
 func ptr[T any](v T) *T { return &v }
 
-// catalogFormat returns the catalog shape of a ?format= value, in its
+// catalog returns the catalog shape of a ?format= value, in its
 // strict form when strict asks for it (only the formats of APIs with a
 // strict mode have one).
-func catalogFormat(name string, strict bool) (catalogFormatter, error) {
-	f, err := wireFormatNamed(name)
+func (fs formats) catalog(name string, strict bool) (catalogFormatter, error) {
+	f, err := fs.named(name)
 	if err != nil || !strict {
 		return f.catalog, err
 	}
 	if f.strict == nil {
 		var with []string
-		for _, w := range wireFormats() {
+		for _, w := range fs {
 			if w.strict != nil {
 				with = append(with, w.name)
 			}
@@ -350,9 +355,9 @@ type mcpCallToolResult struct {
 	IsError           bool            `json:"isError"`
 }
 
-// resultFormat returns the renderer of a ?format= value of POST /calls.
-func resultFormat(name string) (func(*registry.Result) any, error) {
-	f, err := wireFormatNamed(name)
+// result returns the renderer of a ?format= value of POST /calls.
+func (fs formats) result(name string) (func(*registry.Result) any, error) {
+	f, err := fs.named(name)
 	return f.result, err
 }
 

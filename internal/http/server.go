@@ -106,6 +106,7 @@ type Server struct {
 	draining atomic.Bool
 	inFlight atomic.Int64
 	console  *ui.Console // nil when disabled
+	formats  formats
 }
 
 // NewServer returns the HTTP server for deps.
@@ -119,7 +120,7 @@ func NewServer(deps Deps) *Server {
 	if deps.Limits.MaxJSONDepth <= 0 {
 		deps.Limits.MaxJSONDepth = 64
 	}
-	s := &Server{deps: deps}
+	s := &Server{deps: deps, formats: wireFormats()}
 	if deps.Registerer != nil && deps.RateLimiter != nil {
 		s.rate = newRateMetrics(deps.Registerer)
 	}

@@ -30,7 +30,7 @@ func (s *Server) handleListTools(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	format, err := catalogFormat(q.Get("format"), strict)
+	format, err := s.formats.catalog(q.Get("format"), strict)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,7 @@ func (s *Server) handleGetTool(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	format, err := catalogFormat(q.Get("format"), strict)
+	format, err := s.formats.catalog(q.Get("format"), strict)
 	if err != nil {
 		return err
 	}
