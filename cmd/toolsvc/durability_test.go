@@ -174,7 +174,6 @@ func auditedCalls(t *testing.T, env []string) map[string]int {
 		setting[k] = v
 	}
 	const q = `SELECT tool_call_id, count(*) FROM audit WHERE event = 'call' GROUP BY tool_call_id`
-	counts := map[string]int{}
 	if url := setting["TOOLSVC_STORE_URL"]; url != "" {
 		conn, err := pgx.Connect(t.Context(), url)
 		if err != nil {
@@ -186,18 +185,7 @@ func auditedCalls(t *testing.T, env []string) map[string]int {
 			t.Fatal(err)
 		}
 		defer rows.Close()
-		for rows.Next() {
-			var id string
-			var n int
-			if err := rows.Scan(&id, &n); err != nil {
-				t.Fatal(err)
-			}
-			counts[id] = n
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return counts
+		return countsOf(t, rows)
 	}
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(setting["TOOLSVC_DATA_DIR"], "toolsvc.db")+"?mode=ro")
 	if err != nil {
@@ -209,6 +197,17 @@ func auditedCalls(t *testing.T, env []string) map[string]int {
 		t.Fatal(err)
 	}
 	defer rows.Close()
+	return countsOf(t, rows)
+}
+
+// countsOf reads rows of (toolCallId, count), from database/sql or pgx.
+func countsOf(t *testing.T, rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
 	for rows.Next() {
 		var id string
 		var n int
