@@ -1,10 +1,11 @@
 package registry
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.opentelemetry.io/otel/trace"
-	"sync"
 )
 
 // UnknownTool is the metric label of a tool name that is not registered,

@@ -68,14 +68,14 @@ const Redacted = "[REDACTED]"
 // password, secret, cookie, credential, private key; any case and
 // separator) and any string value that is a bearer or basic credential.
 // It is a safety net: the service never logs such values on purpose.
-func RedactSecrets(_ []string, a slog.Attr) slog.Attr {
+func RedactSecrets(_ []string, a slog.Attr) slog.Attr { return redact(a, isSecretKey) }
+
+// redact is RedactSecrets with secretKey judging the keys.
+func redact(a slog.Attr, secretKey func(string) bool) slog.Attr {
 	if a.Value.Kind() == slog.KindGroup {
 		return a
 	}
-	if isSecretKey(a.Key) {
-		return slog.String(a.Key, Redacted)
-	}
-	if a.Value.Kind() == slog.KindString && isCredential(a.Value.String()) {
+	if secretKey(a.Key) || a.Value.Kind() == slog.KindString && isCredential(a.Value.String()) {
 		return slog.String(a.Key, Redacted)
 	}
 	return a
@@ -99,15 +99,7 @@ func newRedactor() *redactor {
 }
 
 // replace is RedactSecrets.
-func (r *redactor) replace(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindGroup {
-		return a
-	}
-	if r.isSecretKey(a.Key) || a.Value.Kind() == slog.KindString && isCredential(a.Value.String()) {
-		return slog.String(a.Key, Redacted)
-	}
-	return a
-}
+func (r *redactor) replace(_ []string, a slog.Attr) slog.Attr { return redact(a, r.isSecretKey) }
 
 func (r *redactor) isSecretKey(key string) bool {
 	known := *r.secret.Load()
