@@ -524,7 +524,7 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 		id     int64
 	)
 	err = s.commit.Do(ctx, w.Size, func(ctx context.Context, b *pgx.Batch) error {
-		stored = false
+		stored, id = false, 0 // a write may run again alone after its group failed
 		b.Queue(`WITH u AS (
 				UPDATE calls SET state = 'done', result = $1, owner = '', expires_at = NULL, updated_at = $2
 				WHERE caller_id = $3 AND tool_call_id = $4 AND (state = 'pending_approval' OR (state = 'running' AND owner = $5))
