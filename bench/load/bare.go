@@ -91,7 +91,7 @@ func serveBare(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 // bareCallID has the length of the ids toolsvc makes.
-const bareCallID = "call_000000000000000000000000"
+const bareCallID = "call_00000000000000000000000000000000"
 
 // padding returns the output string that makes reply encode to size bytes
 // (with the encoder's newline).
