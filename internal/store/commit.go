@@ -21,7 +21,8 @@ type CommitOptions[T any] struct {
 	InTx func(ctx context.Context, fn func(tx T) error) error
 	// Exec runs one statement without arguments in tx: the committer's
 	// SAVEPOINT, RELEASE and ROLLBACK TO (the syntax SQLite and
-	// PostgreSQL share). Nil runs the writes of a transaction without
+	// PostgreSQL share), used only when a transaction of several writes
+	// failed and runs again. Nil runs the writes of a transaction without
 	// savepoints (each costs a round trip to a database server); then, when
 	// the transaction fails with an error Alone accepts, every write is run
 	// again in a transaction of its own, so a failing write still fails
@@ -45,9 +46,10 @@ type CommitOptions[T any] struct {
 
 // Committer is group commit: one goroutine that runs the writes waiting
 // for it in one transaction, so they share one commit (and one fsync).
-// Each write runs inside a savepoint of its own when the transaction holds
-// several (or, without savepoints, runs again alone when the transaction
-// fails), so one that fails leaves nothing behind and fails alone, and
+// When a write of a transaction that holds several fails, the transaction
+// is rolled back and its writes run again, each inside a savepoint of its
+// own (or, without savepoints, each alone in a transaction of its own), so
+// one that fails leaves nothing behind and fails alone, and
 // every write sees what the writes before it in the transaction wrote, as
 // it would in transactions of their own. Do returns only after the commit
 // of the transaction that holds its write succeeded; a commit that fails
@@ -98,6 +100,10 @@ func NewCommitter[T any](o CommitOptions[T]) *Committer[T] {
 // when fn failed (its savepoint rolled back; the other writes of the
 // transaction are not affected), the commit's error when the commit
 // failed. size counts toward MaxBytes (the bytes fn writes, roughly).
+//
+// fn may run more than once: when another write of its transaction
+// fails, what fn did is rolled back and it runs again. It must therefore
+// set, not accumulate, what it hands back through captured variables.
 //
 // fn runs on the committer's goroutine with a context whose deadline is
 // the latest of the transaction's writes; what it returns to the caller
@@ -259,6 +265,33 @@ func (c *Committer[T]) commit(batch []*commitOp[T]) {
 		return
 	}
 	savepoints := len(batch) > 1
+	if savepoints {
+		// First without savepoints, which cost two statements per write:
+		// when every write succeeds, as they nearly always do, that is
+		// the whole commit. When one fails, the transaction is rolled back
+		// and the group runs again, each write in a savepoint of its own.
+		failed := false
+		err := c.o.InTx(ctx, func(tx T) error {
+			for i, op := range batch {
+				if errs[i] = op.ctx.Err(); errs[i] != nil {
+					continue // its caller has left: do not write it
+				}
+				if err := op.fn(ctx, tx); err != nil {
+					failed = true
+					return err
+				}
+			}
+			return nil
+		})
+		if !failed {
+			for i, op := range batch {
+				op.done <- cmp.Or(errs[i], err)
+			}
+			return
+		}
+		clear(errs)
+		c.txs.Add(1)
+	}
 	err := c.o.InTx(ctx, func(tx T) error {
 		for i, op := range batch {
 			if err := op.ctx.Err(); err != nil {

@@ -126,8 +126,73 @@ func TestCommitterGroupsAndIsolatesFailures(t *testing.T) {
 	if got := rows(t, db, "t"); fmt.Sprint(got) != "[a b c]" {
 		t.Errorf("rows = %v, want [a b c] (no partial write)", got)
 	}
-	if txs, writes := c.Stats(); txs != 1 || writes != 5 {
-		t.Errorf("stats = %d transactions, %d writes; want the 5 writes in 1 transaction", txs, writes)
+	// The group ran once without savepoints, failed and was rolled back,
+	// then once with them.
+	if txs, writes := c.Stats(); txs != 2 || writes != 5 {
+		t.Errorf("stats = %d transactions, %d writes; want the 5 writes in 2 transactions", txs, writes)
+	}
+}
+
+// A group whose writes all succeed runs none of the savepoint statements:
+// one transaction, the writes and the commit.
+func TestCommitterGroupWithoutFailureRunsNoSavepoints(t *testing.T) {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "c.db")+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(`CREATE TABLE t (id TEXT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var stmts []string
+	c := store.NewCommitter(store.CommitOptions[*sql.Tx]{
+		InTx: func(ctx context.Context, fn func(tx *sql.Tx) error) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if err := fn(tx); err != nil {
+				tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		},
+		Exec: func(ctx context.Context, tx *sql.Tx, q string) error {
+			mu.Lock()
+			stmts = append(stmts, q)
+			mu.Unlock()
+			_, err := tx.ExecContext(ctx, q)
+			return err
+		},
+		Window: 300 * time.Millisecond,
+	})
+	t.Cleanup(c.Close)
+	for _, err := range doAll(c, insert("t", "a"), insert("t", "b"), insert("t", "c"), insert("t", "d")) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rows(t, db, "t"); fmt.Sprint(got) != "[a b c d]" {
+		t.Errorf("rows = %v, want [a b c d]", got)
+	}
+	if txs, writes := c.Stats(); txs != 1 || writes != 4 {
+		t.Errorf("stats = %d transactions, %d writes; want the 4 writes in 1 transaction", txs, writes)
+	}
+	if len(stmts) != 0 {
+		t.Errorf("savepoint statements ran for a group that did not fail: %q", stmts)
+	}
+	// One write that fails makes the group run again with savepoints.
+	errs := doAll(c, insert("t", "e"), insert("t", "a"), insert("t", "f"))
+	if errs[0] != nil || errs[1] == nil || errs[2] != nil {
+		t.Fatalf("errors = %v, want only the second (a duplicate) to fail", errs)
+	}
+	if got := rows(t, db, "t"); fmt.Sprint(got) != "[a b c d e f]" {
+		t.Errorf("rows = %v, want [a b c d e f]", got)
+	}
+	if len(stmts) == 0 {
+		t.Error("a group with a failing write ran again without savepoints")
 	}
 }
 

@@ -376,6 +376,7 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 	cctx := store.EncodeContext(c.Context)
 	var existing *registry.CallRecord
 	err = s.commit.Do(ctx, len(c.Arguments)+len(result)+len(cctx)+256, func(ctx context.Context, tx *sql.Tx) error {
+		existing = nil // set afresh when the write runs again
 		r, err := s.stmt(ctx, tx, insertCallSQL).ExecContext(ctx,
 			c.CallerID, c.ToolCallID, c.ToolName, c.ArgumentsDigest, []byte(c.Arguments), cctx,
 			string(c.State), result, c.ApprovalID, c.Owner, micro(now), micro(now), micro(c.ExpiresAt), c.TraceID)
@@ -416,6 +417,7 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 		rec   *registry.CallRecord
 	)
 	err = s.commit.Do(ctx, w.Size, func(ctx context.Context, tx *sql.Tx) error {
+		n, id, rec = 0, 0, nil // set afresh when the write runs again
 		r, err := s.stmt(ctx, tx, finishCallSQL).ExecContext(ctx, w.Result, micro(now), callerID, toolCallID, s.id)
 		if err != nil {
 			return err
