@@ -439,6 +439,8 @@ func TestWrite(t *testing.T) {
 		{map[string]any{"path": "deep/er/b.txt", "content": "nested", "mode": "create"}, "nested", true},
 		{map[string]any{"path": "c.bin", "content": base64.StdEncoding.EncodeToString([]byte{0, 1, 2}), "encoding": "base64"}, "\x00\x01\x02", true},
 		{map[string]any{"path": "new.log", "content": "x", "mode": "append"}, "x", true},
+		{map[string]any{"path": "new/dir/o.txt", "content": "o"}, "o", true},
+		{map[string]any{"path": "new/dir/log.txt", "content": "l", "mode": "append"}, "l", true},
 		// An overwrite with less content leaves nothing of the old behind.
 		{map[string]any{"path": "s.txt", "content": "a longer first version"}, "a longer first version", true},
 		{map[string]any{"path": "s.txt", "content": "short"}, "short", false},

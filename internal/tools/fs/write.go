@@ -72,19 +72,18 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 			Message:    fmt.Sprintf("content is %d bytes; the limit is %d", len(data), t.o.MaxWriteBytes),
 			Suggestion: `Write the file in parts: the first with mode "overwrite", the rest with mode "append".`}
 	}
-	flags := os.O_WRONLY | os.O_CREATE | syscall.O_NONBLOCK
+	flags := os.O_WRONLY | syscall.O_NONBLOCK
 	mode := a.Mode
 	switch mode {
 	case "append":
 		flags |= os.O_APPEND
 	case "create":
-		flags |= os.O_EXCL
 	default:
-		// The file is truncated after the write, not opened with O_TRUNC:
-		// on ext4 a truncation to zero makes the kernel write the old
-		// content back first and flush the new on close (its protection
-		// for programs that replace files without fsync), which cost
-		// more than the rest of the call.
+		// The file is not opened with O_TRUNC but cut after the write if
+		// it was longer: on ext4 a truncation to zero makes the kernel
+		// write the old content back first and flush the new on close
+		// (its protection for programs that replace files without
+		// fsync), which cost more than the rest of the call.
 		mode = "overwrite"
 	}
 
@@ -93,19 +92,7 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 		return nil, err
 	}
 	defer wd.Close()
-	root := wd.Root
-	if dir := path.Dir(rel); dir != "." {
-		if err := root.MkdirAll(dir, 0o750); err != nil {
-			if errors.Is(err, iofs.ErrExist) {
-				// MkdirAll met a file where a directory should be.
-				err = syscall.ENOTDIR
-			}
-			return nil, fileError(rel, err)
-		}
-	}
-	_, statErr := root.Lstat(rel)
-	created := errors.Is(statErr, iofs.ErrNotExist)
-	f, err := root.OpenFile(rel, flags, 0o640)
+	f, created, err := openForWrite(wd.Root, rel, flags, mode == "create")
 	if err != nil {
 		return nil, fileError(rel, err)
 	}
@@ -119,17 +106,47 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 	if err != nil {
 		return nil, fileError(rel, err)
 	}
-	if mode == "overwrite" {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fileError(rel, err)
+	}
+	size := fi.Size()
+	if mode == "overwrite" && size > int64(n) {
 		if err := f.Truncate(int64(n)); err != nil {
 			return nil, fileError(rel, err)
 		}
-	}
-	res := writeResult{Path: rel, BytesWritten: n, Created: created, Mode: mode}
-	if fi, err := f.Stat(); err == nil {
-		res.Size = fi.Size()
+		size = int64(n)
 	}
 	if err := f.Close(); err != nil {
 		return nil, fileError(rel, err)
 	}
-	return res, nil
+	return writeResult{Path: rel, BytesWritten: n, Size: size, Created: created, Mode: mode}, nil
+}
+
+// openForWrite opens rel beneath root for writing with flags. A file that
+// exists is opened as it is (unless mustCreate); a missing one is created
+// with its missing parent directories, and created says so.
+func openForWrite(root *os.Root, rel string, flags int, mustCreate bool) (f *os.File, created bool, err error) {
+	if !mustCreate {
+		// Most writes replace or extend a file that is there: one open.
+		if f, err = root.OpenFile(rel, flags, 0); !errors.Is(err, iofs.ErrNotExist) {
+			return f, false, err
+		}
+	}
+	if dir := path.Dir(rel); dir != "." {
+		if err := root.MkdirAll(dir, 0o750); err != nil {
+			if errors.Is(err, iofs.ErrExist) {
+				// MkdirAll met a file where a directory should be.
+				err = syscall.ENOTDIR
+			}
+			return nil, false, err
+		}
+	}
+	f, err = root.OpenFile(rel, flags|os.O_CREATE|os.O_EXCL, 0o640)
+	if mustCreate || !errors.Is(err, iofs.ErrExist) {
+		return f, err == nil, err
+	}
+	// Another call made it since the first attempt.
+	f, err = root.OpenFile(rel, flags, 0)
+	return f, false, err
 }
