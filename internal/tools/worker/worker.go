@@ -57,9 +57,10 @@ const LimitSetting = "TOOLSVC_TOOL_MEMORY_LIMIT"
 type Options struct {
 	// Exe is the binary to re-execute (os.Executable() of toolsvc).
 	Exe string
-	// MemoryLimit is each worker's ceiling in bytes (RLIMIT_DATA: the
-	// process's heap and other private writable memory; and as much
-	// address space beyond what it uses at start); default 512 MiB.
+	// MemoryLimit is each worker's ceiling in bytes: how much private
+	// writable memory (RLIMIT_DATA: the heap, stacks) and address space
+	// (RLIMIT_AS) it may map beyond what it holds at start; default
+	// 512 MiB.
 	MemoryLimit int64
 	// Size is how many workers may run at once, idle ones included;
 	// zero or less means DefaultSize.

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +28,9 @@ func confined() []*registry.Tool {
 
 // TestMain lets the test binary be the worker, as toolsvc is.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == ceilingProbe {
+		probeCeiling()
+	}
 	if len(os.Args) > 1 && os.Args[1] == Command {
 		if err := Serve(os.Args[2:], confined(), os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
@@ -149,6 +154,71 @@ func TestBombsHitTheCeiling(t *testing.T) {
 				t.Fatalf("next call: %s %v", got, err)
 			}
 		})
+	}
+}
+
+// ceilingProbe makes the test binary apply the smallest ceiling, start
+// threads and allocate within it, then allocate past it.
+const ceilingProbe = "__ceiling-probe"
+
+func probeCeiling() {
+	if err := applyCeiling(minMemoryLimit); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// Four goroutines locked to threads of their own, blocked: the
+	// runtime starts a thread for each (with cgo, 8 MiB of stack each).
+	block := make(chan struct{})
+	started := make(chan struct{})
+	for range 4 {
+		go func() {
+			runtime.LockOSThread()
+			started <- struct{}{}
+			<-block
+		}()
+	}
+	for range 4 {
+		<-started
+	}
+	small := make([]byte, 8<<20)
+	for i := range small {
+		small[i] = 1
+	}
+	fmt.Println("within the ceiling")
+	os.Stdout.Sync()
+	big := make([]byte, 2*minMemoryLimit)
+	for i := range big {
+		big[i] = 1
+	}
+	fmt.Println("past the ceiling", len(small)+len(big))
+	os.Exit(0)
+}
+
+// The ceiling counts from what a worker holds when it starts, so even the
+// smallest one leaves room for the runtime to start threads (a worker
+// built with cgo already holds about 130 MiB of stacks and runtime
+// structures, more than that ceiling), and still stops an allocation
+// past it.
+func TestSmallestCeilingLeavesRoomToStart(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, ceilingProbe)
+	cmd.Env = append(os.Environ(), "GOTRACEBACK=none")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	if !strings.Contains(stdout.String(), "within the ceiling") {
+		t.Fatalf("4 threads and 8 MiB did not fit in the smallest ceiling: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	if err == nil || strings.Contains(stdout.String(), "past the ceiling") {
+		t.Fatalf("an allocation of twice the ceiling succeeded: %v\n%s", err, stdout.String())
+	}
+	// The race detector's allocator reports a refused mapping as address
+	// space collisions.
+	if s := stderr.String(); !strings.Contains(s, "out of memory") && !strings.Contains(s, "cannot allocate memory") && !strings.Contains(s, "address space collisions") {
+		t.Errorf("the probe died (%v) but not of the ceiling: %s", err, s)
 	}
 }
 
