@@ -21,6 +21,13 @@ import (
 // over it that waits window for writes.
 func openCommitter(t *testing.T, window time.Duration) (*sql.DB, *store.Committer[*sql.Tx]) {
 	t.Helper()
+	return openCommitterSeeing(t, window, nil)
+}
+
+// openCommitterSeeing is openCommitter whose committer calls exec with
+// every savepoint statement it runs.
+func openCommitterSeeing(t *testing.T, window time.Duration, exec func(q string)) (*sql.DB, *store.Committer[*sql.Tx]) {
+	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "c.db")+"?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)")
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +51,9 @@ func openCommitter(t *testing.T, window time.Duration) (*sql.DB, *store.Committe
 			return tx.Commit()
 		},
 		Exec: func(ctx context.Context, tx *sql.Tx, q string) error {
+			if exec != nil {
+				exec(q)
+			}
 			_, err := tx.ExecContext(ctx, q)
 			return err
 		},
@@ -136,39 +146,13 @@ func TestCommitterGroupsAndIsolatesFailures(t *testing.T) {
 // A group whose writes all succeed runs none of the savepoint statements:
 // one transaction, the writes and the commit.
 func TestCommitterGroupWithoutFailureRunsNoSavepoints(t *testing.T) {
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "c.db")+"?_pragma=journal_mode(WAL)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(1)
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(`CREATE TABLE t (id TEXT PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var stmts []string
-	c := store.NewCommitter(store.CommitOptions[*sql.Tx]{
-		InTx: func(ctx context.Context, fn func(tx *sql.Tx) error) error {
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			if err := fn(tx); err != nil {
-				tx.Rollback()
-				return err
-			}
-			return tx.Commit()
-		},
-		Exec: func(ctx context.Context, tx *sql.Tx, q string) error {
-			mu.Lock()
-			stmts = append(stmts, q)
-			mu.Unlock()
-			_, err := tx.ExecContext(ctx, q)
-			return err
-		},
-		Window: 300 * time.Millisecond,
+	db, c := openCommitterSeeing(t, 300*time.Millisecond, func(q string) {
+		mu.Lock()
+		stmts = append(stmts, q)
+		mu.Unlock()
 	})
-	t.Cleanup(c.Close)
 	for _, err := range doAll(c, insert("t", "a"), insert("t", "b"), insert("t", "c"), insert("t", "d")) {
 		if err != nil {
 			t.Fatal(err)
