@@ -538,10 +538,15 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 		})
 		if w.Audit != nil {
 			// Only beside a record: FinishCall of an unknown call writes
-			// nothing (ErrNotFound below).
+			// nothing (ErrNotFound below). Nor when the record holds this
+			// very result from an earlier commit (another updated_at than
+			// this statement's): that is this write again, after an attempt
+			// that committed without its caller learning so, and its audit
+			// entry is there too.
 			b.Queue(insertAuditSQL+` SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14
-				WHERE EXISTS (SELECT 1 FROM calls WHERE caller_id = $3 AND tool_call_id = $4) RETURNING id`,
-				auditArgs(w.Audit)...).QueryRow(func(row pgx.Row) error {
+				WHERE EXISTS (SELECT 1 FROM calls WHERE caller_id = $3 AND tool_call_id = $4
+					AND NOT (state = 'done' AND result = $15 AND updated_at <> $16)) RETURNING id`,
+				append(auditArgs(w.Audit), w.Result, now)...).QueryRow(func(row pgx.Row) error {
 				if err := row.Scan(&id); !errors.Is(err, pgx.ErrNoRows) {
 					return err
 				}

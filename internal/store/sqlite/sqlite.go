@@ -429,6 +429,16 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 			if rec, err = store.ScanCall(s.stmt(ctx, tx, store.SelectCallSQL).QueryRowContext(ctx, callerID, toolCallID)); err != nil {
 				return err
 			}
+			if w.Audit != nil {
+				// The very result already stored is this write again, after
+				// an earlier attempt committed without its caller learning
+				// so: its audit entry is there too.
+				var repeat bool
+				if err := tx.QueryRowContext(ctx, `SELECT count(*) > 0 FROM calls WHERE caller_id = ? AND tool_call_id = ? AND state = 'done' AND result = ?`,
+					callerID, toolCallID, w.Result).Scan(&repeat); err != nil || repeat {
+					return err
+				}
+			}
 		}
 		if w.Audit != nil {
 			id, err = s.insertAudit(ctx, tx, w.Audit)

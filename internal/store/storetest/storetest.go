@@ -603,7 +603,8 @@ func testFinishCall(t *testing.T, s registry.Store) {
 
 // testFinishCallAudited: the audit entry given to FinishCall is written
 // with the result, in the same commit, whether or not the result is
-// stored, and not at all when the write fails.
+// stored, but not again for a repeat of a write that committed, and not
+// at all when the write fails.
 func testFinishCallAudited(t *testing.T, s registry.Store) {
 	ctx := t.Context()
 	rec := running("audited", "fa1", `{"path":"x"}`)
@@ -628,6 +629,16 @@ func testFinishCallAudited(t *testing.T, s registry.Store) {
 	}
 	if second.ID <= first.ID {
 		t.Fatalf("second audit id %d, want after %d", second.ID, first.ID)
+	}
+	// The first write again (its caller did not learn that it committed):
+	// not stored, and no second entry for it.
+	again := entry("fa1", "")
+	again.Time = first.Time
+	if got, stored, err := s.FinishCall(ctx, rec.CallerID, rec.ToolCallID, okResult(rec, `"one"`), again); err != nil || stored || got == nil {
+		t.Fatalf("FinishCall repeated = %+v, stored %v, %v; want not stored, the record back", got, stored, err)
+	}
+	if again.ID != 0 {
+		t.Fatalf("a repeated FinishCall wrote audit entry %d", again.ID)
 	}
 	// No record: nothing is written, the entry included.
 	if _, _, err := s.FinishCall(ctx, "audited", "fa-none", okResult(rec, `1`), entry("fa-none", "")); !errors.Is(err, registry.ErrNotFound) {
