@@ -449,8 +449,10 @@ func (t *tool) died(res sandbox.Result, stderr string) error {
 // (stackalloc)", …), "cannot allocate memory", "cannot map pages in arena
 // address space", "failed to reserve page summary memory", "memory
 // reservation exceeds address space limit", "failed to create new OS
-// thread".
-var outOfMemory = regexp.MustCompile(`(?m)^(fatal error: |runtime: ).*(out of memory|cannot allocate memory|address space|page summary memory|new OS thread)`)
+// thread"; and, in a binary built with cgo, whose threads get their
+// stacks from mmap under the same RLIMIT_DATA, "runtime/cgo:
+// pthread_create failed".
+var outOfMemory = regexp.MustCompile(`(?m)^((fatal error: |runtime: ).*(out of memory|cannot allocate memory|address space|page summary memory|new OS thread)|runtime/cgo: pthread_create failed)`)
 
 func isOutOfMemory(s string) bool { return outOfMemory.MatchString(s) }
 

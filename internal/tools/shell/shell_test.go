@@ -597,6 +597,7 @@ func TestIsOutOfMemory(t *testing.T) {
 		"fatal error: memory reservation exceeds address space limit\n",
 		"runtime: failed to create new OS thread (have 5 already; errno=11)\nfatal error: newosproc\n",
 		"hello\nfatal error: out of memory allocating heap arena metadata\n",
+		"runtime/cgo: pthread_create failed: Resource temporarily unavailable\nSIGABRT: abort\n",
 	} {
 		if !isOutOfMemory(s) {
 			t.Errorf("not taken for the memory ceiling: %q", s)
@@ -606,6 +607,7 @@ func TestIsOutOfMemory(t *testing.T) {
 		"panic: runtime error: index out of range [3] with length 3\n",
 		"fatal error: concurrent map writes\n",
 		"echo says: out of memory\n", // a program's own words, not the runtime's
+		"echo runtime/cgo: pthread_create failed\n",
 	} {
 		if isOutOfMemory(s) {
 			t.Errorf("taken for the memory ceiling: %q", s)
