@@ -215,7 +215,10 @@ type Store interface {
 	// audit, when not nil, is appended in the same transaction, as
 	// AppendAudit would (assigning its ID and Time), whether or not res is
 	// stored: the result and its audit entry are written together or not
-	// at all, in one commit.
+	// at all, in one commit. The one exception is a repeat of a write that
+	// committed without its caller learning so: when the record already
+	// holds this very result from an earlier commit, nothing is written
+	// and audit.ID stays 0, since the entry was written with it.
 	FinishCall(ctx context.Context, callerID, toolCallID string, res *Result, audit *AuditEntry) (rec *CallRecord, stored bool, err error)
 	// GetCall returns a record, or ErrNotFound. A pending record whose
 	// approval has expired reads as done with E_APPROVAL_EXPIRED.
