@@ -37,6 +37,13 @@ type CommitOptions[T any] struct {
 	// MaxBytes bounds the sum of the writes' sizes in one transaction; 0
 	// means 4 MiB. A single larger write commits alone.
 	MaxBytes int
+	// Detached runs the writes with a context that never ends; the
+	// transaction's own context still does, so a transaction that outlives
+	// every caller waiting for it is rolled back between its writes, just
+	// not in the middle of one. For a driver that watches the context of
+	// every statement on a goroutine of its own (the pure-Go SQLite does),
+	// that goroutine costs more than the one-row write it could interrupt.
+	Detached bool
 	// Window is how long the committer waits for more writes after the
 	// first one of a transaction arrives. 0 (the default) adds no wait:
 	// a transaction takes what is already waiting, which is what piled up
@@ -238,13 +245,17 @@ func (c *Committer[T]) commit(batch []*commitOp[T]) {
 	c.txs.Add(1)
 	c.writes.Add(uint64(len(batch)))
 	errs := make([]error, len(batch))
+	wctx := ctx // the writes' context
+	if c.o.Detached {
+		wctx = context.WithoutCancel(ctx)
+	}
 	if c.o.Exec == nil {
 		err := c.o.InTx(ctx, func(tx T) error {
 			for i, op := range batch {
 				if errs[i] = op.ctx.Err(); errs[i] != nil {
 					continue // its caller has left: do not write it
 				}
-				if err := op.fn(ctx, tx); err != nil {
+				if err := op.fn(wctx, tx); err != nil {
 					return err
 				}
 			}
@@ -254,7 +265,7 @@ func (c *Committer[T]) commit(batch []*commitOp[T]) {
 			for i, op := range batch {
 				if errs[i] == nil {
 					c.txs.Add(1)
-					errs[i] = c.o.InTx(ctx, func(tx T) error { return op.fn(ctx, tx) })
+					errs[i] = c.o.InTx(ctx, func(tx T) error { return op.fn(wctx, tx) })
 				}
 			}
 			err = nil
@@ -276,7 +287,7 @@ func (c *Committer[T]) commit(batch []*commitOp[T]) {
 				if errs[i] = op.ctx.Err(); errs[i] != nil {
 					continue // its caller has left: do not write it
 				}
-				if err := op.fn(ctx, tx); err != nil {
+				if err := op.fn(wctx, tx); err != nil {
 					failed = true
 					return err
 				}
@@ -299,20 +310,20 @@ func (c *Committer[T]) commit(batch []*commitOp[T]) {
 				continue
 			}
 			if !savepoints {
-				errs[i] = op.fn(ctx, tx)
+				errs[i] = op.fn(wctx, tx)
 				return errs[i]
 			}
-			if err := c.o.Exec(ctx, tx, `SAVEPOINT op`); err != nil {
+			if err := c.o.Exec(wctx, tx, `SAVEPOINT op`); err != nil {
 				return err
 			}
-			if errs[i] = op.fn(ctx, tx); errs[i] != nil {
+			if errs[i] = op.fn(wctx, tx); errs[i] != nil {
 				// A failed savepoint means the transaction itself is gone
 				// (the database rolled it back): fail them all.
-				if err := c.o.Exec(ctx, tx, `ROLLBACK TO op`); err != nil {
+				if err := c.o.Exec(wctx, tx, `ROLLBACK TO op`); err != nil {
 					return fmt.Errorf("store: rolling back one write of a group commit: %w (after %w)", err, errs[i])
 				}
 			}
-			if err := c.o.Exec(ctx, tx, `RELEASE op`); err != nil {
+			if err := c.o.Exec(wctx, tx, `RELEASE op`); err != nil {
 				return err
 			}
 		}

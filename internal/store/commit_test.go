@@ -28,6 +28,13 @@ func openCommitter(t *testing.T, window time.Duration) (*sql.DB, *store.Committe
 // every savepoint statement it runs.
 func openCommitterSeeing(t *testing.T, window time.Duration, exec func(q string)) (*sql.DB, *store.Committer[*sql.Tx]) {
 	t.Helper()
+	return openCommitterWith(t, store.CommitOptions[*sql.Tx]{Window: window}, exec)
+}
+
+// openCommitterWith is openCommitterSeeing with the options o (its InTx
+// and Exec are set here).
+func openCommitterWith(t *testing.T, o store.CommitOptions[*sql.Tx], exec func(q string)) (*sql.DB, *store.Committer[*sql.Tx]) {
+	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "c.db")+"?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)")
 	if err != nil {
 		t.Fatal(err)
@@ -38,27 +45,25 @@ func openCommitterSeeing(t *testing.T, window time.Duration, exec func(q string)
 		CREATE TABLE child (id TEXT PRIMARY KEY, parent TEXT REFERENCES t (id) DEFERRABLE INITIALLY DEFERRED)`); err != nil {
 		t.Fatal(err)
 	}
-	c := store.NewCommitter(store.CommitOptions[*sql.Tx]{
-		InTx: func(ctx context.Context, fn func(tx *sql.Tx) error) error {
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			if err := fn(tx); err != nil {
-				tx.Rollback()
-				return err
-			}
-			return tx.Commit()
-		},
-		Exec: func(ctx context.Context, tx *sql.Tx, q string) error {
-			if exec != nil {
-				exec(q)
-			}
-			_, err := tx.ExecContext(ctx, q)
+	o.InTx = func(ctx context.Context, fn func(tx *sql.Tx) error) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
 			return err
-		},
-		Window: window,
-	})
+		}
+		if err := fn(tx); err != nil {
+			tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+	o.Exec = func(ctx context.Context, tx *sql.Tx, q string) error {
+		if exec != nil {
+			exec(q)
+		}
+		_, err := tx.ExecContext(ctx, q)
+		return err
+	}
+	c := store.NewCommitter(o)
 	t.Cleanup(c.Close)
 	return db, c
 }
@@ -224,6 +229,45 @@ func TestCommitterHonoursDeadlines(t *testing.T) {
 	}
 	if got := rows(t, db, "t"); fmt.Sprint(got) != "[patient]" {
 		t.Errorf("rows = %v, want [patient] (the write whose caller left is not run)", got)
+	}
+}
+
+// A detached committer hands its writes a context that never ends (so the
+// driver watches no context per statement), yet a transaction that
+// outlives every caller waiting for it is still rolled back, between its
+// writes: nothing of it commits.
+func TestCommitterDetachedWritesKeepTheTransactionBounded(t *testing.T) {
+	db, c := openCommitterWith(t, store.CommitOptions[*sql.Tx]{Detached: true, Window: 50 * time.Millisecond}, nil)
+	var ended []bool
+	slow := func(ctx context.Context, tx *sql.Tx) error {
+		ended = append(ended, ctx.Done() != nil)
+		time.Sleep(300 * time.Millisecond) // past both callers' deadlines
+		return insert("t", "slow")(ctx, tx)
+	}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, fn := range []func(context.Context, *sql.Tx) error{slow, insert("t", "after")} {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+			defer cancel()
+			errs[i] = c.Do(ctx, 1, fn)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("write %d past its deadline = %v, want context.DeadlineExceeded", i, err)
+		}
+	}
+	// The committer is free again once the rolled-back transaction is over.
+	if err := c.Do(t.Context(), 1, insert("t", "later")); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ended) != "[false]" {
+		t.Errorf("the slow write ran %d times, its context ending = %v; want once, never ending", len(ended), ended)
+	}
+	if got := rows(t, db, "t"); fmt.Sprint(got) != "[later]" {
+		t.Errorf("rows = %v, want [later] (the transaction that outlived its callers rolled back)", got)
 	}
 }
 

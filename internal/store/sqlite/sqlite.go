@@ -189,6 +189,7 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 			_, err := s.stmt(ctx, tx, q).ExecContext(ctx)
 			return err
 		},
+		Detached: true,
 		MaxOps:   o.CommitMaxOps,
 		MaxBytes: o.CommitMaxBytes,
 		Window:   o.CommitWindow,
