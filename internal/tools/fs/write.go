@@ -97,25 +97,31 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 		return nil, fileError(rel, err)
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
+	fi, err := f.Stat()
+	if err != nil {
 		return nil, fileError(rel, err)
-	} else if !fi.Mode().IsRegular() {
+	}
+	if !fi.Mode().IsRegular() {
 		return nil, registry.ToolError(fmt.Sprintf("%s is not a regular file (%s)", quoteShort(rel), fi.Mode().Type()), "Only regular files can be written.")
 	}
 	n, err := f.Write(data)
 	if err != nil {
 		return nil, fileError(rel, err)
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fileError(rel, err)
-	}
-	size := fi.Size()
-	if mode == "overwrite" && size > int64(n) {
-		if err := f.Truncate(int64(n)); err != nil {
+	// An overwrite or a new file holds what was written (an overwrite of a
+	// longer file is cut to it); an append reads where the file ends now,
+	// after any other writer's appends too.
+	size := int64(n)
+	switch {
+	case mode == "append":
+		if fi, err = f.Stat(); err != nil {
 			return nil, fileError(rel, err)
 		}
-		size = int64(n)
+		size = fi.Size()
+	case mode == "overwrite" && fi.Size() > size:
+		if err := f.Truncate(size); err != nil {
+			return nil, fileError(rel, err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return nil, fileError(rel, err)
