@@ -113,7 +113,8 @@ func NewCommitter[T any](o CommitOptions[T]) *Committer[T] {
 // set, not accumulate, what it hands back through captured variables.
 //
 // fn runs on the committer's goroutine with a context whose deadline is
-// the latest of the transaction's writes; what it returns to the caller
+// the latest of the transaction's writes (with Detached, one that never
+// ends); what it returns to the caller
 // (through variables it captures) may be read once Do returned nil. When
 // ctx ends first, Do returns ctx's error: before fn was taken into a
 // transaction it never runs; after, its outcome is unknown to the caller,
