@@ -60,7 +60,7 @@ func inUse() (size, data int64, err error) {
 	}
 	f := strings.Fields(string(b))
 	if len(f) < 6 {
-		return 0, 0, fmt.Errorf("worker: /proc/self/statm has %d fields, want 7", len(f))
+		return 0, 0, fmt.Errorf("worker: /proc/self/statm has %d fields, want at least 6", len(f))
 	}
 	var bytes [2]int64
 	for i, field := range []string{f[0], f[5]} {
