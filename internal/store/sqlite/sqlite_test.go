@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,4 +99,41 @@ func BenchmarkStore(b *testing.B) {
 // TestOrphanedRecordOfThisProcessExpires runs storetest.RunOrphanedLease.
 func TestOrphanedRecordOfThisProcessExpires(t *testing.T) {
 	storetest.RunOrphanedLease(t, open(t, filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{Lease: 300 * time.Millisecond}))
+}
+
+// TestQueriesByStateUseTheStateIndexes: the sweeps that read calls by
+// state (interrupt, approval expiry, retention) search the partial index
+// of that state, not the whole table: the planner uses a partial index
+// only when the query names its state exactly as the index does.
+func TestQueriesByStateUseTheStateIndexes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolsvc.db")
+	open(t, path, sqlite.Options{})
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for q, index := range map[string]string{
+		`SELECT caller_id, tool_call_id, tool_name FROM calls WHERE state = 'running' AND (owner <> ?2 OR expires_at <= ?1) LIMIT 100`: "calls_running_expires",
+		`SELECT caller_id, tool_call_id, tool_name FROM calls WHERE state = 'pending_approval' AND expires_at <= ?1 LIMIT 1000`:        "calls_pending_expires",
+		`DELETE FROM calls WHERE (state = 'done' AND updated_at < ?1) OR (state = 'pending_approval' AND expires_at < ?1)`:             "calls_done_updated",
+	} {
+		rows, err := db.Query(`EXPLAIN QUERY PLAN `+q, 1, "owner")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		if p := strings.Join(plan, "; "); !strings.Contains(p, "USING INDEX "+index) {
+			t.Errorf("%s\nplan: %s\nwant it to use %s", q, p, index)
+		}
+	}
 }
