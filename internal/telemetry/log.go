@@ -98,8 +98,18 @@ func newRedactor() *redactor {
 	return r
 }
 
-// replace is RedactSecrets.
-func (r *redactor) replace(_ []string, a slog.Attr) slog.Attr { return redact(a, r.isSecretKey) }
+// replace is RedactSecrets. It also hands the handler the level as the
+// string it writes: a handler with a ReplaceAttr passes the level to it as
+// an Any holding a slog.Level, which the JSON handler would then encode
+// through encoding/json's reflection on every line.
+func (r *redactor) replace(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.LevelKey {
+		if l, ok := a.Value.Any().(slog.Level); ok {
+			return slog.String(slog.LevelKey, l.String())
+		}
+	}
+	return redact(a, r.isSecretKey)
+}
 
 func (r *redactor) isSecretKey(key string) bool {
 	known := *r.secret.Load()

@@ -324,3 +324,24 @@ func TestRedactorRemembersVerdicts(t *testing.T) {
 		t.Errorf("remembered %d keys, want the cap of 3", n)
 	}
 }
+
+// TestLoggerLevels: the level of every line reads as slog names it, in
+// both formats, custom levels included (the redactor hands it over as a
+// string).
+func TestLoggerLevels(t *testing.T) {
+	for _, format := range []string{"json", "text"} {
+		var buf bytes.Buffer
+		log := NewLogger(&buf, LogOptions{Level: slog.LevelDebug, Format: format})
+		for _, l := range []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError, slog.LevelInfo + 2, slog.LevelError + 4} {
+			buf.Reset()
+			log.Log(context.Background(), l, "x", "level", "not the level")
+			want := `"level":"` + l.String() + `"`
+			if format == "text" {
+				want = "level=" + l.String() + " "
+			}
+			if got := buf.String(); !strings.Contains(got, want) || strings.Count(got, "not the level") != 1 {
+				t.Errorf("%s, %v: %s; want %s once and the attribute named level kept", format, l, got, want)
+			}
+		}
+	}
+}
