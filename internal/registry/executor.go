@@ -742,7 +742,15 @@ func (e *Executor) observe(ctx context.Context, span trace.Span, f *flight, elap
 	if id := RequestIDFrom(ctx); id != "" {
 		attrs = append(attrs, slog.String("requestId", id))
 	}
-	e.log.LogAttrs(ctx, slog.LevelInfo, "tool call", attrs...)
+	// The record goes to the handler as Logger.LogAttrs would send it, less
+	// the caller's program counter (runtime.Callers on every call), which
+	// the handler has no use for: the service's log has no source
+	// locations.
+	if h := e.log.Handler(); h.Enabled(ctx, slog.LevelInfo) {
+		r := slog.NewRecord(time.Now(), slog.LevelInfo, "tool call", 0)
+		r.AddAttrs(attrs...)
+		_ = h.Handle(ctx, r)
+	}
 }
 
 // decodeArguments accepts an object, a string holding one, or nothing
