@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -240,5 +241,62 @@ func TestScanTime(t *testing.T) {
 	}
 	if !null.IsZero() {
 		t.Errorf("NULL scanned as %v, want the zero time", null)
+	}
+}
+
+// TestKeyedStatementsUseOnlyThePrimaryKey: recording a result and renewing
+// leases find their records by primary key, never through the partial
+// indexes of running or pending records, even on a table with no
+// statistics yet (a new schema, or autovacuum off), where the planner
+// once combined the key with calls_owner: every call then read all of
+// that index's dead entries, and side-effecting calls slowed to a crawl
+// within a minute of load.
+func TestKeyedStatementsUseOnlyThePrimaryKey(t *testing.T) {
+	url := testURL(t)
+	schema := newSchema(t, url)
+	open(t, postgres.Options{URL: url, Schema: schema})
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for _, q := range []string{
+		`SET search_path TO ` + pgx.Identifier{schema}.Sanitize(),
+		// A table as a minute of load leaves it, never analyzed: every
+		// record began running and was finished, so the partial index of
+		// running records holds an entry for each (dead until VACUUM).
+		`INSERT INTO calls (caller_id, tool_call_id, tool_name, arguments_digest, arguments, context, state, owner, created_at, updated_at, expires_at)
+			SELECT 'alice', 'c' || i, 'fs__write', 'd', '{}', '{}', 'running', 'me', now(), now(), now()
+			FROM generate_series(1, 100000) AS i`,
+		`UPDATE calls SET state = 'done', owner = '', expires_at = NULL, result = convert_to(repeat('r', 300), 'UTF8')`,
+		`PREPARE finish (bytea, timestamptz, text, text, text, text, text) AS ` + postgres.FinishCallSQL,
+		`PREPARE renew (timestamptz, text, text[], text[]) AS ` + postgres.RenewSQL,
+	} {
+		if _, err := conn.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		if _, err := conn.Exec(t.Context(), `SET plan_cache_mode = `+mode); err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{
+			`EXPLAIN EXECUTE finish ('x', now(), 'alice', 'c1', 'me', 'chan', 'key')`,
+			`EXPLAIN EXECUTE renew (now(), 'me', '{alice,bob}', '{c1,c2}')`,
+		} {
+			rows, err := conn.Query(t.Context(), q, pgx.QueryExecModeSimpleProtocol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan := strings.Join(lines, "\n")
+			if !strings.Contains(plan, "calls_pkey") || strings.Contains(plan, "calls_owner") ||
+				strings.Contains(plan, "_expires") || strings.Contains(plan, "Seq Scan on calls") {
+				t.Errorf("%s, %s:\n%s\nwant the record found by calls_pkey alone", mode, q, plan)
+			}
+		}
 	}
 }

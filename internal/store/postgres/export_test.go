@@ -1,0 +1,7 @@
+package postgres
+
+// The statements that name records by key, for their query plans.
+const (
+	FinishCallSQL = finishCallSQL
+	RenewSQL      = renewSQL
+)
