@@ -3,7 +3,7 @@
 -- it begins and moves to the done index when it finishes, where the
 -- (state, …) indexes this replaces took an entry in both at each step (two
 -- index writes at the start of a call and four at its end, not one and two:
--- 0.92 times the CPU of a side-effecting call). Every query of calls by
+-- about 0.93 times the CPU of a side-effecting call). Every query of calls by
 -- state names the state as its index does, so the planner uses them: the
 -- interrupt sweep (running), approval expiry (pending_approval, by
 -- expires_at) and retention (done, by updated_at).
