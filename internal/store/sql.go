@@ -153,8 +153,12 @@ func (s *SQL) interrupt(ctx context.Context, callerID, toolCallID string) (int, 
 			if err != nil {
 				return err
 			}
+			// By key alone: the state and lease are tested inside a CASE no
+			// index serves, or PostgreSQL may combine the key with the
+			// partial indexes of running records, whose dead entries it
+			// would read whole (see the PostgreSQL store's finishCallSQL).
 			n, err := tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $4, owner = '', expires_at = $5, updated_at = $1
-				WHERE caller_id = $6 AND tool_call_id = $7 AND state = 'running' AND `+s.Lapsed,
+				WHERE caller_id = $6 AND tool_call_id = $7 AND CASE WHEN state = 'running' THEN `+s.Lapsed+` ELSE false END`,
 				s.Time(now), s.ID, s.Time(s.Opened), result, s.Time(time.Time{}), k.caller, k.id)
 			if err != nil {
 				return err
