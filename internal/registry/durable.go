@@ -41,12 +41,21 @@ func (e *Executor) recall(ctx context.Context, f *flight) error {
 	rec, err := e.store.GetCall(ctx, f.caller.ID, f.res.ToolCallID)
 	switch {
 	case err == nil:
-		return e.replay(ctx, f, rec)
+		if err := e.replay(ctx, f, rec); !errors.Is(err, errWithdrawn) {
+			return err
+		}
+		return nil // the record is gone: the call goes on as a first one
 	case errors.Is(err, ErrNotFound):
 		return nil
 	}
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
+
+// errWithdrawn: the running record a call waited on was withdrawn (its
+// call never ran: the store removes the record of a call whose caller had
+// stopped waiting before it learnt the record was written), so the call
+// is not a repeat after all.
+var errWithdrawn = errors.New("the record waited on was withdrawn")
 
 // record creates the running record of a durable call before it runs.
 // Another call that created it first is answered from it instead.
@@ -54,18 +63,25 @@ func (e *Executor) record(ctx context.Context, f *flight) error {
 	if !f.durable || f.resumed != nil {
 		return nil
 	}
-	rec, created, err := e.store.BeginCall(ctx, &CallRecord{
-		CallerID: f.caller.ID, ToolCallID: f.res.ToolCallID, ToolName: f.tool.Name, ArgumentsDigest: f.digest,
-		Arguments: f.args, Context: f.call.Context, State: CallRunning, TraceID: traceID(ctx),
-	})
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	for attempt := 0; ; attempt++ {
+		rec, created, err := e.store.BeginCall(ctx, &CallRecord{
+			CallerID: f.caller.ID, ToolCallID: f.res.ToolCallID, ToolName: f.tool.Name, ArgumentsDigest: f.digest,
+			Arguments: f.args, Context: f.call.Context, State: CallRunning, TraceID: traceID(ctx),
+		})
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		if created {
+			f.recorded = true
+			return nil
+		}
+		if err := e.replay(ctx, f, rec); !errors.Is(err, errWithdrawn) || attempt == 2 {
+			if errors.Is(err, errWithdrawn) {
+				err = fmt.Errorf("%w: the call's record was withdrawn three times while it waited", ErrUnavailable)
+			}
+			return err
+		}
 	}
-	if !created {
-		return e.replay(ctx, f, rec)
-	}
-	f.recorded = true
-	return nil
 }
 
 // replay answers a call whose toolCallId already has a record: a conflict
@@ -83,6 +99,8 @@ func (e *Executor) replay(ctx context.Context, f *flight, rec *CallRecord) error
 		switch {
 		case err == nil:
 			rec = last
+		case errors.Is(err, ErrNotFound):
+			return errWithdrawn
 		case ctx.Err() != nil:
 			return canceledError(ctx)
 		case wctx.Err() != nil:

@@ -120,6 +120,15 @@ func NewCommitter[T any](o CommitOptions[T]) *Committer[T] {
 // transaction it never runs; after, its outcome is unknown to the caller,
 // as with any write whose answer is lost.
 func (c *Committer[T]) Do(ctx context.Context, size int, fn func(ctx context.Context, tx T) error) error {
+	return c.DoOrSettle(ctx, size, fn, nil)
+}
+
+// DoOrSettle is Do for a write whose writer must learn its outcome even
+// after it stopped waiting: when ctx ends after fn was taken into a
+// transaction, DoOrSettle returns without the outcome, as Do does, and
+// settle (when not nil) is called with it once the transaction has ended
+// (nil: fn's writes committed), on a goroutine of its own.
+func (c *Committer[T]) DoOrSettle(ctx context.Context, size int, fn func(ctx context.Context, tx T) error, settle func(error)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -148,6 +157,9 @@ func (c *Committer[T]) Do(ctx context.Context, size int, fn func(ctx context.Con
 		case err := <-op.done:
 			return err
 		default:
+			if settle != nil {
+				go func() { settle(<-op.done) }() // every write taken is answered
+			}
 			return fmt.Errorf("store: outcome of the write unknown: %w", ctx.Err())
 		}
 	}

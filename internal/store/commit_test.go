@@ -364,3 +364,51 @@ func TestCommitterWithoutSavepointsRunsAlone(t *testing.T) {
 		t.Errorf("stats = %d transactions, %d writes; want 4 writes in 1 failed transaction and 4 alone", txs, writes)
 	}
 }
+
+// A writer that stops waiting once its write was taken into a transaction
+// hears of the write's outcome through settle, once the transaction ends;
+// one that waited to the end is answered by DoOrSettle alone.
+func TestCommitterSettlesWritesWhoseCallerLeft(t *testing.T) {
+	db, c := openCommitter(t, 300*time.Millisecond)
+	patient := make(chan error, 1)
+	go func() { patient <- c.Do(context.Background(), 1, insert("t", "patient")) }()
+	time.Sleep(20 * time.Millisecond) // queued first: the transaction outlives the hasty caller
+
+	ctx, cancel := context.WithCancel(t.Context())
+	returned, settled := make(chan struct{}), make(chan error, 1)
+	err := c.DoOrSettle(ctx, 1, func(wctx context.Context, tx *sql.Tx) error {
+		if err := insert("t", "hasty")(wctx, tx); err != nil {
+			return err
+		}
+		cancel()   // the caller leaves while its write is in the transaction…
+		<-returned // …and hears nothing of it
+		return nil
+	}, func(err error) { settled <- err })
+	close(returned)
+	if err == nil || !strings.Contains(err.Error(), "outcome of the write unknown") {
+		t.Fatalf("DoOrSettle whose caller left = %v, want the outcome unknown", err)
+	}
+	select {
+	case err := <-settled:
+		if err != nil {
+			t.Errorf("settled with %v, want nil: the write committed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("settle was not called within 10s of the transaction")
+	}
+	if err := <-patient; err != nil {
+		t.Fatal(err)
+	}
+	if got := rows(t, db, "t"); fmt.Sprint(got) != "[hasty patient]" {
+		t.Errorf("rows = %v, want [hasty patient]", got)
+	}
+
+	if err := c.DoOrSettle(t.Context(), 1, insert("t", "waited"), func(err error) { settled <- err }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-settled:
+		t.Errorf("settle called (%v) for a write whose caller waited for its outcome", err)
+	default:
+	}
+}

@@ -439,7 +439,7 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 		// earlier statement (of this transaction too) wrote it. A record
 		// committed by another transaction after this statement began is
 		// not in its snapshot: then it is read after the commit.
-		err = s.commit.Do(ctx, len(c.Arguments)+len(result)+len(cctx)+256, func(ctx context.Context, b *pgx.Batch) error {
+		err = s.commit.DoOrSettle(ctx, len(c.Arguments)+len(result)+len(cctx)+256, func(ctx context.Context, b *pgx.Batch) error {
 			created, existing = false, nil
 			b.Queue(`WITH ins AS (
 					INSERT INTO calls (`+store.CallColumns+`)
@@ -455,6 +455,10 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 				return err
 			})
 			return nil
+		}, func(err error) {
+			if err == nil && created && c.State == registry.CallRunning {
+				s.forget(c.CallerID, c.ToolCallID)
+			}
 		})
 		if err != nil {
 			return nil, false, err
@@ -598,6 +602,31 @@ func (s *Store) WaitCall(ctx context.Context, callerID, toolCallID string) (*reg
 // earlier life of this replica left behind.
 func (s *Store) InterruptRunning(ctx context.Context) (int, error) {
 	return s.sql.Interrupt(ctx, "", "")
+}
+
+// forget deletes the running record of a call that will not run: its
+// BeginCall committed after the caller stopped waiting for it (the client
+// left, or the store's deadline passed), so the call was answered as not
+// run. Left in place, the record would hold every retry of the call until
+// its lease lapsed, and then read E_INTERRUPTED, though the call never ran.
+// The record is this replica's own and was never leased: nothing runs it.
+func (s *Store) forget(callerID, toolCallID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.lease)
+	defer cancel()
+	key := store.Key(callerID, toolCallID)
+	err := s.commit.Do(ctx, 256, func(ctx context.Context, b *pgx.Batch) error {
+		b.Queue(`WITH d AS (
+				DELETE FROM calls WHERE caller_id = $1 AND tool_call_id = $2
+					AND CASE state WHEN 'running' THEN owner = $3 ELSE false END
+				RETURNING 1)
+			SELECT count(*) FROM d CROSS JOIN LATERAL (SELECT pg_notify($4, $5)) AS n`,
+			callerID, toolCallID, s.id, s.channel, key)
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("store: the running record of a call that did not run could not be removed; it reads E_INTERRUPTED once its lease lapses",
+			"toolCallId", toolCallID, "error", err)
+	}
 }
 
 // The statements on records named by key test their state and owner

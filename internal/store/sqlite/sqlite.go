@@ -375,9 +375,12 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 		return nil, false, err
 	}
 	cctx := store.EncodeContext(c.Context)
-	var existing *registry.CallRecord
-	err = s.commit.Do(ctx, len(c.Arguments)+len(result)+len(cctx)+256, func(ctx context.Context, tx *sql.Tx) error {
-		existing = nil // set afresh when the write runs again
+	var (
+		existing *registry.CallRecord
+		created  bool
+	)
+	err = s.commit.DoOrSettle(ctx, len(c.Arguments)+len(result)+len(cctx)+256, func(ctx context.Context, tx *sql.Tx) error {
+		existing, created = nil, false // set afresh when the write runs again
 		r, err := s.stmt(ctx, tx, insertCallSQL).ExecContext(ctx,
 			c.CallerID, c.ToolCallID, c.ToolName, c.ArgumentsDigest, []byte(c.Arguments), cctx,
 			string(c.State), result, c.ApprovalID, c.Owner, micro(now), micro(now), micro(c.ExpiresAt), c.TraceID)
@@ -385,10 +388,15 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 			return err
 		}
 		if n, _ := r.RowsAffected(); n == 1 {
+			created = true
 			return nil
 		}
 		existing, err = store.ScanCall(s.stmt(ctx, tx, store.SelectCallSQL).QueryRowContext(ctx, c.CallerID, c.ToolCallID))
 		return err
+	}, func(err error) {
+		if err == nil && created && c.State == registry.CallRunning {
+			s.forget(c.CallerID, c.ToolCallID)
+		}
 	})
 	if err != nil {
 		return nil, false, err
@@ -459,6 +467,28 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 		s.hub.Notify(key)
 	}
 	return rec, n == 1, nil
+}
+
+// forget deletes the running record of a call that will not run: its
+// BeginCall committed after the caller stopped waiting for it (the client
+// left, or the store's deadline passed), so the call was answered as not
+// run. Left in place, the record would hold every retry of the call until
+// its lease lapsed, and then read E_INTERRUPTED, though the call never ran.
+// The record is this process's own and was never leased: nothing runs it.
+func (s *Store) forget(callerID, toolCallID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.lease)
+	defer cancel()
+	err := s.commit.Do(ctx, 256, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM calls WHERE caller_id = ? AND tool_call_id = ? AND state = 'running' AND owner = ?`,
+			callerID, toolCallID, s.id)
+		return err
+	})
+	if err != nil {
+		s.log.Warn("store: the running record of a call that did not run could not be removed; it reads E_INTERRUPTED once its lease lapses",
+			"toolCallId", toolCallID, "error", err)
+		return
+	}
+	s.hub.Notify(store.Key(callerID, toolCallID))
 }
 
 // GetCall implements registry.Store.
