@@ -612,28 +612,37 @@ func (s *Store) ListAudit(ctx context.Context, f registry.AuditFilter) ([]*regis
 	return s.sql.ListAudit(ctx, f)
 }
 
-// DeleteExpired implements registry.Store.
+// expireBatch is how many rows DeleteExpired deletes in one transaction.
+// The group commit waits for the write connection while one runs: under
+// load, a sweep of everything expired at once (400,000 rows) held calls for
+// 1.3 s, where batches let their commits in between.
+const expireBatch = 2000
+
+// DeleteExpired implements registry.Store, in transactions of at most
+// expireBatch rows each.
 func (s *Store) DeleteExpired(ctx context.Context, before time.Time) (int64, error) {
 	b := micro(before)
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback()
 	var total int64
 	for _, q := range []string{
-		`DELETE FROM calls WHERE (state = 'done' AND updated_at < ?1) OR (state = 'pending_approval' AND expires_at < ?1)`,
-		`DELETE FROM approvals WHERE (status <> 'pending' AND updated_at < ?1) OR (status = 'pending' AND expires_at < ?1)`,
-		`DELETE FROM audit WHERE time < ?1`,
+		`DELETE FROM calls WHERE (caller_id, tool_call_id) IN (SELECT caller_id, tool_call_id FROM calls
+			WHERE (state = 'done' AND updated_at < ?1) OR (state = 'pending_approval' AND expires_at < ?1) LIMIT ?2)`,
+		`DELETE FROM approvals WHERE id IN (SELECT id FROM approvals
+			WHERE (status <> 'pending' AND updated_at < ?1) OR (status = 'pending' AND expires_at < ?1) LIMIT ?2)`,
+		`DELETE FROM audit WHERE id IN (SELECT id FROM audit WHERE time < ?1 LIMIT ?2)`,
 	} {
-		r, err := tx.ExecContext(ctx, q, b)
-		if err != nil {
-			return 0, err
+		for {
+			r, err := s.w.ExecContext(ctx, q, b, expireBatch)
+			if err != nil {
+				return total, err
+			}
+			n, _ := r.RowsAffected()
+			total += n
+			if n < expireBatch {
+				break
+			}
 		}
-		n, _ := r.RowsAffected()
-		total += n
 	}
-	return total, tx.Commit()
+	return total, nil
 }
 
 // probeHeadroom is how many bytes the readiness write needs: a volume

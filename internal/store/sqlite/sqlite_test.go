@@ -137,3 +137,43 @@ func TestQueriesByStateUseTheStateIndexes(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteExpiredInBatches: retention deletes in transactions of a few
+// thousand rows, so the group commit is not held behind one of every row
+// expired; across batches it still deletes all of them and nothing else.
+func TestDeleteExpiredInBatches(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolsvc.db")
+	s := open(t, path, sqlite.Options{})
+	run := &registry.CallRecord{CallerID: "alice", ToolCallID: "still-running", ToolName: "fs__write", ArgumentsDigest: "d", State: registry.CallRunning}
+	if _, created, err := s.BeginCall(t.Context(), run); err != nil || !created {
+		t.Fatalf("BeginCall = %v, %v", created, err)
+	}
+	// Expired rows written straight into the file: 4,500 done calls and
+	// 4,500 audit entries, more than two batches of each.
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	old := time.Now().Add(-48 * time.Hour).UnixMicro()
+	if _, err := db.Exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 4500)
+		INSERT INTO calls (caller_id, tool_call_id, tool_name, arguments_digest, arguments, context, state, result, created_at, updated_at)
+		SELECT 'alice', 'old-' || i, 'fs__write', 'd', '{}', '{}', 'done', '{}', ?1, ?1 FROM n`, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 4500)
+		INSERT INTO audit (time, event, caller_id, tool_name) SELECT ?1, 'call', 'alice', 'fs__write' FROM n`, old); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.DeleteExpired(t.Context(), time.Now().Add(-24*time.Hour))
+	if err != nil || n != 9000 {
+		t.Fatalf("DeleteExpired = %d, %v; want 9000 rows", n, err)
+	}
+	var calls, audit int
+	if err := db.QueryRow(`SELECT (SELECT count(*) FROM calls), (SELECT count(*) FROM audit)`).Scan(&calls, &audit); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 || audit != 0 {
+		t.Errorf("left %d calls and %d audit entries, want the running call alone", calls, audit)
+	}
+}
