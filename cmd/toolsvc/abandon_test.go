@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,13 +26,7 @@ import (
 func TestCallsWhoseClientLeftCanBeRetried(t *testing.T) {
 	t.Run("SQLite", func(t *testing.T) { checkCallsWhoseClientLeft(t, "TOOLSVC_DATA_DIR="+t.TempDir()) })
 	t.Run("PostgreSQL", func(t *testing.T) {
-		pgURL := os.Getenv("TOOLSVC_TEST_POSTGRES_URL")
-		if pgURL == "" {
-			t.Skip("TOOLSVC_TEST_POSTGRES_URL is not set; the PostgreSQL check needs a real database")
-		}
-		var b [6]byte
-		_, _ = rand.Read(b[:])
-		checkCallsWhoseClientLeft(t, "TOOLSVC_STORE_URL="+pgURL, "TOOLSVC_STORE_SCHEMA=left_"+hex.EncodeToString(b[:]))
+		checkCallsWhoseClientLeft(t, postgresEnv(t, "left_", "the PostgreSQL check")...)
 	})
 }
 

@@ -40,17 +40,25 @@ func TestDurableUnderKill(t *testing.T) {
 		checkDurableUnderKill(t, "TOOLSVC_DATA_DIR="+data, "TOOLSVC_STORE_COMMIT_WINDOW=2ms")
 	})
 	t.Run("PostgreSQL", func(t *testing.T) {
-		pgURL := os.Getenv("TOOLSVC_TEST_POSTGRES_URL")
-		if pgURL == "" {
-			t.Skip("TOOLSVC_TEST_POSTGRES_URL is not set; the PostgreSQL durability check needs a real database")
-		}
-		var b [6]byte
-		_, _ = rand.Read(b[:])
 		// One instance id across the restart: the calls its first life
 		// left running are interrupted at start, not a lease later.
-		checkDurableUnderKill(t, "TOOLSVC_STORE_URL="+pgURL, "TOOLSVC_STORE_SCHEMA=durable_"+hex.EncodeToString(b[:]),
-			"TOOLSVC_DATA_DIR="+t.TempDir(), "TOOLSVC_INSTANCE_ID=durable-test")
+		checkDurableUnderKill(t, append(postgresEnv(t, "durable_", "the PostgreSQL durability check"),
+			"TOOLSVC_DATA_DIR="+t.TempDir(), "TOOLSVC_INSTANCE_ID=durable-test")...)
 	})
+}
+
+// postgresEnv returns the settings that put the binary on a fresh schema
+// (prefix and random letters) of the test database, or skips what needs
+// it.
+func postgresEnv(t *testing.T, prefix, what string) []string {
+	t.Helper()
+	pgURL := os.Getenv("TOOLSVC_TEST_POSTGRES_URL")
+	if pgURL == "" {
+		t.Skipf("TOOLSVC_TEST_POSTGRES_URL is not set; %s needs a real database", what)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return []string{"TOOLSVC_STORE_URL=" + pgURL, "TOOLSVC_STORE_SCHEMA=" + prefix + hex.EncodeToString(b[:])}
 }
 
 func checkDurableUnderKill(t *testing.T, env ...string) {
