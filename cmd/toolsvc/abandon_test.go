@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -34,12 +33,16 @@ func checkCallsWhoseClientLeft(t *testing.T, env ...string) {
 	ws := t.TempDir()
 	p := startBinary(t, append(env, "TOOLSVC_WORKSPACE="+ws, "TOOLSVC_STORE_WAIT_TIMEOUT=10s")...)
 	const workers, unknown = 32, "outcome of the write unknown"
-	var ids []string
+	type call struct {
+		id     string
+		worker int
+	}
+	var calls []call
 	for round := 0; round < 40 && strings.Count(p.log(), unknown) < 3; round++ {
 		var wg sync.WaitGroup
 		for w := range workers {
 			id := fmt.Sprintf("left-%d-%d", round, w)
-			ids = append(ids, id)
+			calls = append(calls, call{id, w})
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(t.Context(), time.Duration(mrand.IntN(3000))*time.Microsecond)
 				defer cancel()
@@ -64,43 +67,23 @@ func checkCallsWhoseClientLeft(t *testing.T, env ...string) {
 	// Each call retried at once, sixteen at a time (within the service's
 	// concurrency limit): a record left running would answer 202
 	// "running" after the 10 s wait.
-	client := &http.Client{Timeout: 20 * time.Second}
-	statuses := make([]string, len(ids))
+	statuses := make([]string, len(calls))
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, 16)
-	for i, id := range ids {
+	for i, c := range calls {
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			var w int
-			if _, err := fmt.Sscanf(id[strings.LastIndexByte(id, '-')+1:], "%d", &w); err != nil {
-				t.Error(err)
-				return
-			}
-			began := time.Now()
-			resp, err := client.Post(p.base+"/calls", "application/json", strings.NewReader(durableCall(w, id)))
-			if err != nil {
-				t.Errorf("retry of %s: %v", id, err)
-				return
-			}
-			defer resp.Body.Close()
-			var res struct {
-				Status string `json:"status"`
-				Error  *struct {
-					Code string `json:"code"`
-				} `json:"error"`
-			}
-			body, _ := io.ReadAll(resp.Body)
-			if err := json.Unmarshal(body, &res); err != nil || resp.StatusCode != http.StatusOK {
-				t.Errorf("retry of %s (%v): %d %s; want 200 with a final result; its log:\n%s", id, time.Since(began), resp.StatusCode, body, linesWith(p.log(), `"`+id+`"`))
-				return
-			}
-			statuses[i] = res.Status
-			if res.Error != nil {
-				statuses[i] += " " + res.Error.Code
-			}
-			if res.Status == "running" || res.Error != nil && res.Error.Code == "E_INTERRUPTED" {
-				t.Errorf("retry of %s (%v): %s; want the call run, or its recorded result; its log:\n%s", id, time.Since(began), body, linesWith(p.log(), `"`+id+`"`))
+			a, err := p.trySend(http.MethodPost, "/calls", durableCall(c.worker, c.id))
+			switch {
+			case err != nil:
+				t.Errorf("retry of %s: %v", c.id, err)
+			case a.status != http.StatusOK:
+				t.Errorf("retry of %s (%v): %d %s; want 200 with a final result; its log:\n%s", c.id, a.took, a.status, a.body, linesWith(p.log(), `"`+c.id+`"`))
+			case a.res.Status == "running" || a.res.code() == "E_INTERRUPTED":
+				t.Errorf("retry of %s (%v): %s; want the call run, or its recorded result; its log:\n%s", c.id, a.took, a.body, linesWith(p.log(), `"`+c.id+`"`))
+			default:
+				statuses[i] = strings.TrimSpace(a.res.Status + " " + a.res.code())
 			}
 		})
 	}
@@ -113,9 +96,9 @@ func checkCallsWhoseClientLeft(t *testing.T, env ...string) {
 			lines[l] += n
 		}
 	}
-	for i, id := range ids {
-		if lines[id] > 1 || statuses[i] == "ok" && lines[id] != 1 {
-			t.Errorf("%s: answered %q, its line written %d times", id, statuses[i], lines[id])
+	for i, c := range calls {
+		if lines[c.id] > 1 || statuses[i] == "ok" && lines[c.id] != 1 {
+			t.Errorf("%s: answered %q, its line written %d times", c.id, statuses[i], lines[c.id])
 		}
 	}
 }
