@@ -10,35 +10,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// statAt reports whether rel, beneath the directory dir, is the directory
-// (dev, ino) when looked up the way Open walks: never through a symbolic
-// link (in any component) and never outside dir. It needs openat2(2)
-// (Linux 5.6); where that is missing or refused it reports false, and
-// every Open walks.
+// statAt reports whether rel, beneath the directory dir, is the
+// directory (dev, ino): one fstatat(2) that does not follow a link in
+// rel's last component. A link above it may be followed, but only to the
+// very directory the cache holds open (its inode cannot be reused while
+// it is open), so a cached directory is never exchanged for another; a
+// link at the directory itself, or one leading anywhere else, fails the
+// comparison and Open walks, which refuses it.
 func statAt(dir *os.File, rel string, dev, ino uint64) bool {
 	rc, err := dir.SyscallConn()
 	if err != nil {
 		return false
 	}
 	var (
-		st  unix.Stat_t
-		ok  bool
-		how = unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
-		}
+		st unix.Stat_t
+		ok bool
 	)
 	if err := rc.Control(func(dfd uintptr) {
-		fd, err := unix.Openat2(int(dfd), rel, &how)
-		if err != nil {
-			return
-		}
-		ok = unix.Fstat(fd, &st) == nil
-		_ = unix.Close(fd)
+		ok = unix.Fstatat(int(dfd), rel, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
 	}); err != nil || !ok {
 		return false
 	}
-	return uint64(st.Dev) == dev && st.Ino == ino
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR && uint64(st.Dev) == dev && st.Ino == ino
 }
 
 // fileID returns the device and inode of fi.

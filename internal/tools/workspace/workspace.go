@@ -34,9 +34,8 @@ import (
 // cacheSize of them), so a call usually finds its directory with one
 // lookup instead of walking and reopening every component: a cached
 // directory is used only while its path still leads to that very
-// directory, looked up beneath the root through no link at all (see
-// statAt); anything else (removed, moved, replaced, never opened) takes
-// the full walk of Open.
+// directory, and is not a link itself (see statAt); anything else
+// (removed, moved, replaced, never opened) takes the full walk of Open.
 type Workspace struct {
 	base string
 	// dir is the workspace root, open for the cache's lookups.
@@ -54,6 +53,7 @@ const cacheSize = 64
 // out and the cache's own hold; the directory is closed at zero.
 type entry struct {
 	rel    string
+	path   string // Path of rel
 	root   *os.Root
 	dev    uint64
 	ino    uint64
@@ -170,7 +170,7 @@ func (w *Workspace) Open(o Owner, key string) (*Dir, error) {
 	names := components(o, key)
 	rel := strings.Join(names, "/")
 	if e := w.cached(rel); e != nil {
-		return w.dirOf(e, o, key), nil
+		return w.dirOf(e), nil
 	}
 	root, err := w.walk(names)
 	if err != nil {
@@ -182,7 +182,7 @@ func (w *Workspace) Open(o Owner, key string) (*Dir, error) {
 		return nil, fmt.Errorf("workspace: %s: %w", rel, err)
 	}
 	dev, ino := fileID(fi)
-	e := &entry{rel: rel, root: root, dev: dev, ino: ino, refs: 1}
+	e := &entry{rel: rel, path: w.Path(o, key), root: root, dev: dev, ino: ino, refs: 1}
 	w.mu.Lock()
 	if old := w.cache[rel]; old != nil {
 		w.uncacheLocked(old)
@@ -193,7 +193,7 @@ func (w *Workspace) Open(o Owner, key string) (*Dir, error) {
 		w.uncacheLocked(w.lru.Back().Value.(*entry))
 	}
 	w.mu.Unlock()
-	return w.dirOf(e, o, key), nil
+	return w.dirOf(e), nil
 }
 
 // walk opens the directory names, one component at a time from the
@@ -240,8 +240,8 @@ func (w *Workspace) cached(rel string) *entry {
 	return nil
 }
 
-func (w *Workspace) dirOf(e *entry, o Owner, key string) *Dir {
-	return &Dir{Path: w.Path(o, key), Root: e.root, release: func() {
+func (w *Workspace) dirOf(e *entry) *Dir {
+	return &Dir{Path: e.path, Root: e.root, release: func() {
 		w.mu.Lock()
 		w.releaseLocked(e)
 		w.mu.Unlock()

@@ -141,28 +141,67 @@ func TestOpenCache(t *testing.T) {
 		t.Fatalf("after removal, the file did not land at the directory's path: %v", err)
 	}
 
-	// Moved away and replaced by a link to it, at the instance and at a
-	// level above: refused, although the link leads to the very directory
-	// that was open.
-	for _, rel := range []string{"callers/alice/instances/k", "callers/alice"} {
-		d = open()
-		d.Close()
+	// Moved away and replaced by a link. At the instance itself: refused,
+	// although the link leads to the very directory that was open.
+	// Above it, leading to that very directory: the cached directory is
+	// still the one served, never another. Above it, leading to any other
+	// directory (a copy of the layout): refused.
+	mustMove := func(rel string) string {
+		t.Helper()
 		moved := filepath.Join(t.TempDir(), "moved")
 		if err := os.Rename(filepath.Join(base, rel), moved); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Symlink(moved, filepath.Join(base, rel)); err != nil {
+		return moved
+	}
+	link := func(target, rel string) {
+		t.Helper()
+		if err := os.Symlink(target, filepath.Join(base, rel)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	refused := func(what string) {
+		t.Helper()
 		if d, err := w.Open(owner, "k"); !errors.Is(err, ErrLink) {
 			if err == nil {
 				d.Close()
 			}
-			t.Fatalf("%s replaced by a link: %v, want ErrLink", rel, err)
+			t.Fatalf("%s: %v, want ErrLink", what, err)
 		}
+	}
+	reset := func() {
+		t.Helper()
 		if err := os.RemoveAll(filepath.Join(base, "callers")); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	open().Close()
+	link(mustMove("callers/alice/instances/k"), "callers/alice/instances/k")
+	refused("the instance replaced by a link to it")
+	reset()
+
+	open().Close()
+	moved := mustMove("callers/alice")
+	link(moved, "callers/alice")
+	d = open()
+	write(d, "c")
+	d.Close()
+	if _, err := os.Stat(filepath.Join(moved, "instances/k/c")); err != nil {
+		t.Fatalf("a level above replaced by a link to it: the file is not in the directory that was open: %v", err)
+	}
+	reset()
+
+	open().Close()
+	moved = mustMove("callers/alice")
+	other := filepath.Join(t.TempDir(), "other")
+	if err := os.MkdirAll(filepath.Join(other, "instances/k"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	link(other, "callers/alice")
+	refused("a level above replaced by a link to another directory")
+	if entries, _ := os.ReadDir(filepath.Join(other, "instances/k")); len(entries) != 0 {
+		t.Errorf("something was written through the link: %v", entries)
 	}
 }
 
