@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,36 +29,47 @@ type LogOptions struct {
 // span, and the values of attributes that name secrets replaced (see
 // RedactSecrets).
 func NewLogger(w io.Writer, o LogOptions) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: o.Level, ReplaceAttr: newRedactor().replace}
+	// The handler gets no ReplaceAttr: the redactor looks at each record
+	// once before it, so the handler keeps its own fast paths for the
+	// time, the level and the message.
+	opts := &slog.HandlerOptions{Level: o.Level}
 	var h slog.Handler
 	if o.Format == "text" {
 		h = slog.NewTextHandler(w, opts)
 	} else {
 		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(NewLogHandler(h))
+	return slog.New(logHandler{Handler: h, redact: newRedactor()})
 }
 
-// NewLogHandler wraps h so that records logged with a context holding a
-// valid span context get trace_id and span_id attributes.
-func NewLogHandler(h slog.Handler) slog.Handler { return traceHandler{h} }
+// logHandler redacts each record (see RedactSecrets) and adds the trace
+// ids of its context's span before the record reaches the handler.
+type logHandler struct {
+	slog.Handler
+	redact *redactor
+}
 
-type traceHandler struct{ slog.Handler }
-
-func (t traceHandler) Handle(ctx context.Context, r slog.Record) error {
+func (h logHandler) Handle(ctx context.Context, r slog.Record) error {
+	r, copied := h.redact.record(r)
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		r = r.Clone()
+		if !copied {
+			r = r.Clone()
+		}
 		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
-	return t.Handler.Handle(ctx, r)
+	return h.Handler.Handle(ctx, r)
 }
 
-func (t traceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return traceHandler{t.Handler.WithAttrs(attrs)}
+func (h logHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	out := make([]slog.Attr, len(attrs))
+	for i, a := range attrs {
+		out[i] = h.redact.attr(a)
+	}
+	return logHandler{Handler: h.Handler.WithAttrs(out), redact: h.redact}
 }
 
-func (t traceHandler) WithGroup(name string) slog.Handler {
-	return traceHandler{t.Handler.WithGroup(name)}
+func (h logHandler) WithGroup(name string) slog.Handler {
+	return logHandler{Handler: h.Handler.WithGroup(name), redact: h.redact}
 }
 
 // Redacted replaces a secret in the log.
@@ -98,17 +110,52 @@ func newRedactor() *redactor {
 	return r
 }
 
-// replace is RedactSecrets. It also hands the handler the level as the
-// string it writes: a handler with a ReplaceAttr passes the level to it as
-// an Any holding a slog.Level, which the JSON handler would then encode
-// through encoding/json's reflection on every line.
-func (r *redactor) replace(groups []string, a slog.Attr) slog.Attr {
-	if len(groups) == 0 && a.Key == slog.LevelKey {
-		if l, ok := a.Value.Any().(slog.Level); ok {
-			return slog.String(slog.LevelKey, l.String())
-		}
+// record returns r with every attribute redacted (see RedactSecrets),
+// and whether it is a new record: a record with nothing to redact, the
+// common case, is returned as it is.
+func (rd *redactor) record(r slog.Record) (slog.Record, bool) {
+	clean := !isCredential(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		clean = !rd.needed(a)
+		return clean
+	})
+	if clean {
+		return r, false
 	}
-	return redact(a, r.isSecretKey)
+	msg := r.Message
+	if isCredential(msg) {
+		msg = Redacted
+	}
+	out := slog.NewRecord(r.Time, r.Level, msg, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(rd.attr(a))
+		return true
+	})
+	return out, true
+}
+
+// needed reports whether a, or an attribute in its group, is redacted.
+func (rd *redactor) needed(a slog.Attr) bool {
+	v := a.Value.Resolve()
+	if v.Kind() == slog.KindGroup {
+		return slices.ContainsFunc(v.Group(), rd.needed)
+	}
+	return rd.isSecretKey(a.Key) || v.Kind() == slog.KindString && isCredential(v.String())
+}
+
+// attr is RedactSecrets for a resolved a, and for each attribute of a
+// group (as a handler's ReplaceAttr sees them).
+func (rd *redactor) attr(a slog.Attr) slog.Attr {
+	a.Value = a.Value.Resolve()
+	if a.Value.Kind() != slog.KindGroup {
+		return redact(a, rd.isSecretKey)
+	}
+	members := a.Value.Group()
+	out := make([]slog.Attr, len(members))
+	for i, m := range members {
+		out[i] = rd.attr(m)
+	}
+	return slog.Attr{Key: a.Key, Value: slog.GroupValue(out...)}
 }
 
 func (r *redactor) isSecretKey(key string) bool {

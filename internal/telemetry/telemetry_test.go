@@ -290,17 +290,29 @@ func TestRedactSecrets(t *testing.T) {
 		"tool", "fs__read",
 	)
 	log.With("token", secret).Warn("with")
+	// A value resolved from a LogValuer, attributes and groups given to
+	// With and WithGroup, and a message that is a credential.
+	log.WithGroup("g").With("password", secret, slog.Group("h", "cookie", secret)).Info("Bearer "+secret,
+		"resolved", logValuer{slog.GroupValue(slog.String("api_key", secret), slog.String("kept", "yes"))},
+		"auth", logValuer{slog.StringValue("Basic " + secret)})
 	s := out.String()
 	if strings.Contains(s, secret) {
 		t.Errorf("a secret reached the log:\n%s", s)
 	}
-	if strings.Count(s, Redacted) != 11 {
-		t.Errorf("want 11 redactions:\n%s", s)
+	if strings.Count(s, Redacted) != 16 {
+		t.Errorf("want 16 redactions:\n%s", s)
+	}
+	if !strings.Contains(s, `"kept":"yes"`) {
+		t.Errorf("an ordinary attribute of a resolved group was redacted:\n%s", s)
 	}
 	if !strings.Contains(s, `"tool":"fs__read"`) || !strings.Contains(s, `"Accept":"text/plain"`) {
 		t.Errorf("ordinary attributes were redacted:\n%s", s)
 	}
 }
+
+type logValuer struct{ v slog.Value }
+
+func (l logValuer) LogValue() slog.Value { return l.v }
 
 // TestRedactorRemembersVerdicts: the logger's remembered verdicts are
 // RedactSecrets' own, for keys seen before, keys beyond the ones it keeps,
@@ -314,7 +326,7 @@ func TestRedactorRemembersVerdicts(t *testing.T) {
 		for _, k := range keys {
 			for _, v := range values {
 				a := slog.Attr{Key: k, Value: v}
-				if got, want := r.replace(nil, a), RedactSecrets(nil, a); !got.Equal(want) {
+				if got, want := r.attr(a), RedactSecrets(nil, a); !got.Equal(want) {
 					t.Fatalf("round %d: %s=%v became %v, want %v", round, k, v, got, want)
 				}
 			}
