@@ -63,6 +63,12 @@ func checkCallsWhoseClientLeft(t *testing.T, env ...string) {
 	if n := strings.Count(p.log(), unknown); n == 0 {
 		t.Fatalf("in 40 bursts no client left while its call's record was being committed (no %q in the log): the case this test checks never happened", unknown)
 	}
+	// The service logs those as the client's doing, not as its failures.
+	for _, l := range strings.Split(linesWith(p.log(), unknown), "\n") {
+		if !strings.Contains(l, `"level":"INFO","msg":"client left before the answer"`) {
+			t.Errorf("a call whose client left is logged as\n%s\nwant an info line \"client left before the answer\"", l)
+		}
+	}
 
 	// Each call retried at once, sixteen at a time (within the service's
 	// concurrency limit): a record left running would answer 202

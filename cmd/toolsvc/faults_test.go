@@ -97,6 +97,11 @@ func TestFaultPostgresProxy(t *testing.T) {
 	if a := p.send("POST", "/calls", appendCall("c2", "b")); a.status != 200 || a.res.Status != "ok" {
 		t.Fatalf("retry after the blackhole: %d %s", a.status, a.body)
 	}
+	// Its client waited for the 503: that is the service's failure, at
+	// error level, not a client that left.
+	if l := linesWith(p.log(), `"path":"/calls"`); !strings.Contains(l, `"level":"ERROR","msg":"request failed"`) || strings.Contains(l, "client left") {
+		t.Errorf("the 503 of a call the database did not answer is logged as\n%s\nwant an error line \"request failed\"", l)
+	}
 
 	// Cut while the tool runs: the record cannot be finished.
 	shell := `{"toolCallId":"c3","toolName":"shell__exec","approval":{"granted":true},"arguments":{"command":"sleep 1.5; echo c >> count.txt"}}`

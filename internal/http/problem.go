@@ -1,6 +1,7 @@
 package http
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -133,6 +134,13 @@ func problemFor(err error) *Problem {
 	return problem(kindInternal, "internal error").because(err)
 }
 
+// clientLeft reports whether r's client went away: net/http cancels a
+// request's context, without a cause of its own, when its connection
+// closes. The service's own cancellations (shutdown) carry a cause.
+func clientLeft(r *http.Request) bool {
+	return errors.Is(context.Cause(r.Context()), context.Canceled)
+}
+
 // handle adapts a handler that returns an error: the error becomes a
 // problem response, and its internal detail goes to the log.
 func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
@@ -145,9 +153,17 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 
 func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, err error) {
 	p := problemFor(err)
-	if p.Status >= 500 {
+	switch {
+	case p.Status == http.StatusServiceUnavailable && clientLeft(r):
+		// The client stopped waiting (its own timeout, a closed
+		// connection), so the call was given up and this answer reaches
+		// nobody. That is the client's doing, not a failure to page
+		// anyone about; a slow store behind it shows in the store's
+		// metrics. A 500 stays an error whoever left.
+		s.deps.Logger.InfoContext(r.Context(), "client left before the answer", "error", err, "path", r.URL.Path, "requestId", requestIDFrom(r.Context()))
+	case p.Status >= 500:
 		s.deps.Logger.ErrorContext(r.Context(), "request failed", "error", err, "path", r.URL.Path, "requestId", requestIDFrom(r.Context()))
-	} else if p.Err != nil {
+	case p.Err != nil:
 		s.deps.Logger.DebugContext(r.Context(), "request refused", "error", err)
 	}
 	out := *p
