@@ -292,10 +292,12 @@ func (e *Executor) lookup(ctx context.Context, f *flight) (context.Context, trac
 		f.res.ToolCallID = NewCallID()
 	}
 	f.tool, _ = f.st.reg.Lookup(f.call.ToolName)
+	name := "execute_tool " + UnknownTool
 	if f.tool != nil {
 		f.series = f.st.series[f.tool.Name]
+		name = f.tool.spanName
 	}
-	ctx, span := e.startSpan(ctx, "execute_tool "+f.label(), f.label(), f.res.ToolCallID)
+	ctx, span := e.startSpan(ctx, name, f.label(), f.res.ToolCallID)
 	if f.tool != nil && span.IsRecording() {
 		span.SetAttributes(attribute.String("gen_ai.tool.type", f.tool.Type), attribute.String("toolsvc.tool.tier", string(f.tool.Tier)))
 	}
