@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
 // UnmatchedRoute is the route label of requests no route matched, so
@@ -114,7 +116,7 @@ func (s *Server) telemetry() func(http.Handler) http.Handler {
 				return
 			}
 			m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
-			observeWithTrace(m.duration.WithLabelValues(method, route), span.SpanContext(), time.Since(start).Seconds())
+			registry.ObserveWithTrace(m.duration.WithLabelValues(method, route), span.SpanContext(), time.Since(start).Seconds())
 		})
 	}
 }
@@ -185,14 +187,4 @@ func methodLabel(m string) string {
 		return m
 	}
 	return "_OTHER"
-}
-
-// observeWithTrace records v with the trace id as an exemplar when the
-// span is sampled (exposed to OpenMetrics scrapes only).
-func observeWithTrace(o prometheus.Observer, sc trace.SpanContext, v float64) {
-	if eo, ok := o.(prometheus.ExemplarObserver); ok && sc.IsSampled() {
-		eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String()})
-		return
-	}
-	o.Observe(v)
 }

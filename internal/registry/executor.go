@@ -717,13 +717,13 @@ func (e *Executor) observe(ctx context.Context, span trace.Span, f *flight, elap
 	}
 	if s := f.series; s != nil && res.Status == StatusOK && code == "" {
 		s.ok.get().Inc()
-		observeWithTrace(s.okDuration.get(), span.SpanContext(), elapsed.Seconds())
+		ObserveWithTrace(s.okDuration.get(), span.SpanContext(), elapsed.Seconds())
 		if res.Truncated {
 			s.truncated.Inc()
 		}
 	} else if e.metrics != nil {
 		e.metrics.calls.WithLabelValues(label, string(tier), string(res.Status), code).Inc()
-		observeWithTrace(e.metrics.duration.WithLabelValues(label, string(res.Status)), span.SpanContext(), elapsed.Seconds())
+		ObserveWithTrace(e.metrics.duration.WithLabelValues(label, string(res.Status)), span.SpanContext(), elapsed.Seconds())
 		if res.Truncated {
 			e.metrics.truncated.WithLabelValues(label).Inc()
 		}

@@ -127,10 +127,10 @@ func (m *Metrics) SetApprovalsPending(n int) {
 	}
 }
 
-// observeWithTrace records v, with the trace id as an exemplar when the
+// ObserveWithTrace records v, with the trace id as an exemplar when the
 // span is sampled, so a latency outlier on a dashboard links to its trace.
 // Exemplars are exposed only to scrapes that ask for OpenMetrics.
-func observeWithTrace(o prometheus.Observer, sc trace.SpanContext, v float64) {
+func ObserveWithTrace(o prometheus.Observer, sc trace.SpanContext, v float64) {
 	if eo, ok := o.(prometheus.ExemplarObserver); ok && sc.IsSampled() {
 		eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String()})
 		return
