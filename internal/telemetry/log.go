@@ -134,13 +134,18 @@ func (rd *redactor) record(r slog.Record) (slog.Record, bool) {
 	return out, true
 }
 
-// needed reports whether a, or an attribute in its group, is redacted.
+// needed reports whether a, or an attribute in its group, is redacted or
+// must be resolved: a LogValuer is resolved here, once, and the record
+// rebuilt with its value, so that its LogValue does not run again in the
+// handler.
 func (rd *redactor) needed(a slog.Attr) bool {
-	v := a.Value.Resolve()
-	if v.Kind() == slog.KindGroup {
-		return slices.ContainsFunc(v.Group(), rd.needed)
+	switch a.Value.Kind() {
+	case slog.KindLogValuer:
+		return true
+	case slog.KindGroup:
+		return slices.ContainsFunc(a.Value.Group(), rd.needed)
 	}
-	return rd.isSecretKey(a.Key) || v.Kind() == slog.KindString && isCredential(v.String())
+	return rd.isSecretKey(a.Key) || a.Value.Kind() == slog.KindString && isCredential(a.Value.String())
 }
 
 // attr is RedactSecrets for a resolved a, and for each attribute of a

@@ -314,6 +314,25 @@ type logValuer struct{ v slog.Value }
 
 func (l logValuer) LogValue() slog.Value { return l.v }
 
+type countingValuer struct{ n *int }
+
+func (c countingValuer) LogValue() slog.Value { *c.n++; return slog.StringValue("v") }
+
+// TestLogValuerResolvedOnce: the redactor resolves a LogValuer, at the
+// top or in a group, and the handler does not resolve it again.
+func TestLogValuerResolvedOnce(t *testing.T) {
+	var out bytes.Buffer
+	log := NewLogger(&out, LogOptions{Level: slog.LevelInfo})
+	var top, nested int
+	log.Info("x", "top", countingValuer{&top}, slog.Group("g", "nested", countingValuer{&nested}))
+	if top != 1 || nested != 1 {
+		t.Errorf("LogValue ran %d and %d times, want once each", top, nested)
+	}
+	if !strings.Contains(out.String(), `"top":"v","g":{"nested":"v"}`) {
+		t.Errorf("log: %s", out.String())
+	}
+}
+
 // TestRedactorRemembersVerdicts: the logger's remembered verdicts are
 // RedactSecrets' own, for keys seen before, keys beyond the ones it keeps,
 // and credentials in the values of keys it knows to be harmless.
