@@ -111,8 +111,8 @@ func newRedactor() *redactor {
 }
 
 // record returns r with every attribute redacted (see RedactSecrets),
-// and whether it is a new record: a record with nothing to redact, the
-// common case, is returned as it is.
+// and whether it is a new record: a record with nothing to redact or
+// resolve, the common case, is returned as it is.
 func (rd *redactor) record(r slog.Record) (slog.Record, bool) {
 	clean := !isCredential(r.Message)
 	r.Attrs(func(a slog.Attr) bool {
@@ -163,20 +163,20 @@ func (rd *redactor) attr(a slog.Attr) slog.Attr {
 	return slog.Attr{Key: a.Key, Value: slog.GroupValue(out...)}
 }
 
-func (r *redactor) isSecretKey(key string) bool {
-	known := *r.secret.Load()
+func (rd *redactor) isSecretKey(key string) bool {
+	known := *rd.secret.Load()
 	if s, ok := known[key]; ok {
 		return s
 	}
 	s := isSecretKey(key)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	known = *r.secret.Load()
-	if _, ok := known[key]; !ok && len(known) < r.maxKeys {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	known = *rd.secret.Load()
+	if _, ok := known[key]; !ok && len(known) < rd.maxKeys {
 		next := make(map[string]bool, len(known)+1)
 		maps.Copy(next, known)
 		next[key] = s
-		r.secret.Store(&next)
+		rd.secret.Store(&next)
 	}
 	return s
 }
