@@ -35,7 +35,7 @@ type harness struct {
 }
 
 func newHarness(ctx context.Context, o options, out io.Writer) (*harness, error) {
-	if _, err := exec.LookPath("wrk"); err != nil && contains(o.scenarios, "throughput", "scale") {
+	if _, err := exec.LookPath("wrk"); err != nil && contains(o.scenarios, "throughput", "scale", "floor") {
 		return nil, errors.New("wrk is not installed; install it with: apt-get install wrk")
 	}
 	dir, err := os.MkdirTemp("", "toolsvc-load-")

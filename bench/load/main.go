@@ -64,7 +64,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var o options
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
-	scenarios := fs.String("scenarios", "throughput,soak,scale", "comma-separated scenarios to run: throughput, soak, scale")
+	scenarios := fs.String("scenarios", "throughput,soak,scale", "comma-separated scenarios to run: throughput, soak, scale, floor (not by default: bare servers that spend 5–40 µs more CPU per call, beside toolsvc)")
 	fs.IntVar(&o.rounds, "rounds", 5, "throughput: rounds, each measuring every target once")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "throughput: length of one measurement")
 	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "throughput: warm-up of each target before the first round")
@@ -89,8 +89,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		o.toolsvcEnv = strings.Split(*toolsvcEnv, ",")
 	}
 	for _, s := range o.scenarios {
-		if s != "throughput" && s != "soak" && s != "scale" {
-			return fmt.Errorf("unknown scenario %q (want throughput, soak or scale)", s)
+		if s != "throughput" && s != "soak" && s != "scale" && s != "floor" {
+			return fmt.Errorf("unknown scenario %q (want throughput, soak, scale or floor)", s)
 		}
 	}
 	h, err := newHarness(ctx, o, stdout)
@@ -108,6 +108,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			err = h.soakTest(ctx)
 		case "scale":
 			err = h.scale(ctx)
+		case "floor":
+			err = h.floor(ctx)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", s, err)
