@@ -2,9 +2,11 @@ package http
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // Why the server watches its connections' reads.
@@ -21,9 +23,8 @@ import (
 // against a p50 of 1.6 ms, on one CPU).
 //
 // A handler that calls awaitBackgroundRead after reading the body parks
-// until the background read has begun: that goroutine is then parked in
-// the network poller, not queued, when the executor wakes anything.
-// Under TLS the server does not wait (see awaitBackgroundRead).
+// until the background read has begun, so it is parked in the network
+// poller, not queued, when the executor wakes anything.
 
 // Listener wraps ln so that awaitBackgroundRead can tell when a
 // connection's read begins. The http.Server that serves it must have
@@ -40,9 +41,12 @@ func (l watchListener) Accept() (net.Conn, error) {
 	return &watchedConn{Conn: c, started: make(chan struct{}, 1)}, nil
 }
 
-// ConnContext puts a plain connection of a Listener in the context of its
-// requests.
+// ConnContext puts the connection of a Listener (under TLS too) in the
+// context of its requests.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
 	if wc, ok := c.(*watchedConn); ok {
 		return context.WithValue(ctx, watchedConnKey{}, wc)
 	}
@@ -56,14 +60,14 @@ type watchedConn struct {
 	net.Conn
 	mu      sync.Mutex
 	reading bool // a Read is in progress
-	lastLen int  // the length asked of the last Read begun
 	waiting bool // awaitBackgroundRead waits for started
 	started chan struct{}
+	timer   *time.Timer // awaitBackgroundRead's, reused
 }
 
 func (c *watchedConn) Read(p []byte) (int, error) {
 	c.mu.Lock()
-	c.reading, c.lastLen = true, len(p)
+	c.reading = true
 	if c.waiting {
 		c.waiting = false
 		c.started <- struct{}{} // never blocks: one waiter, one slot
@@ -85,34 +89,36 @@ func (c *watchedConn) CloseWrite() error {
 	return nil
 }
 
-// awaitBackgroundRead returns once net/http's background read of r's
-// connection has begun, which it starts as the body is read to its end,
-// and reports whether it waited for it or found it begun. It returns
-// false at once for HTTP/2, for TLS and for connections not from a
-// Listener, and when r's context ends.
-//
-// No timer bounds the wait (one per request cost ~6 % of a read-only
-// call's CPU): on a plain HTTP/1.x connection the background read always
-// starts, and its read is the only one of a single byte (net/http reads
-// requests through a 4 KiB buffer), so a read of one byte already begun
-// and ended means it has run. TLS is left out because its reads of the
-// connection do not keep those sizes.
+// backgroundReadWait bounds awaitBackgroundRead for a request whose
+// background read does not start (a pipelined request already buffered).
+const backgroundReadWait = time.Millisecond
+
+// awaitBackgroundRead returns once a read of r's connection is under way
+// (net/http's background read, started when the body was read to its
+// end), or after backgroundReadWait; it reports which. It returns at once
+// for HTTP/2 and for connections not from a Listener.
 func awaitBackgroundRead(r *http.Request) bool {
 	c, _ := r.Context().Value(watchedConnKey{}).(*watchedConn)
-	if c == nil || r.ProtoMajor != 1 || r.TLS != nil {
+	if c == nil || r.ProtoMajor != 1 {
 		return false
 	}
 	c.mu.Lock()
-	if c.reading || c.lastLen == 1 {
+	if c.reading {
 		c.mu.Unlock()
 		return true
 	}
 	c.waiting = true
 	c.mu.Unlock()
+	if c.timer == nil {
+		c.timer = time.NewTimer(backgroundReadWait)
+	} else {
+		c.timer.Reset(backgroundReadWait)
+	}
+	defer c.timer.Stop()
 	select {
 	case <-c.started:
 		return true
-	case <-r.Context().Done():
+	case <-c.timer.C:
 	}
 	c.mu.Lock()
 	signalled := !c.waiting
