@@ -368,17 +368,13 @@ func (h *harness) startToolsvcBinary(ctx context.Context, name, bin string) (*ch
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 // serveUntil serves h on addr until ctx ends (the child servers the
-// harness starts: the bare server and the catalog server); each of opts
-// may set up the server and wrap the listener.
-func serveUntil(ctx context.Context, addr string, h http.Handler, opts ...func(*http.Server, net.Listener) net.Listener) error {
+// harness starts: the bare server and the catalog server).
+func serveUntil(ctx context.Context, addr string, h http.Handler) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	for _, o := range opts {
-		ln = o(srv, ln)
-	}
 	go func() {
 		<-ctx.Done()
 		srv.Shutdown(context.Background())

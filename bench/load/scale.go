@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -72,11 +71,7 @@ func serveCatalog(ctx context.Context, args []string, stdout io.Writer) error {
 		Metrics: registry.NewMetrics(metrics), MaxTimeout: 5 * time.Minute, MaxConcurrency: 256})
 	srv := toolhttp.NewServer(toolhttp.Deps{Executor: exec, Logger: log, Gatherer: metrics,
 		Limits: toolhttp.Limits{MaxRequestBytes: 1 << 20, MaxJSONDepth: 64}})
-	// Served as cmd/toolsvc serves it (see toolhttp.Listener).
-	return serveUntil(ctx, *addr, srv, func(hs *http.Server, ln net.Listener) net.Listener {
-		hs.ConnContext = toolhttp.ConnContext
-		return toolhttp.Listener(ln)
-	})
+	return serveUntil(ctx, *addr, srv)
 }
 
 // scale reports start-up time and memory of toolsvc on its built-in

@@ -402,7 +402,6 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ln = toolhttp.Listener(ln)
 	if err := checkExposure(ln.Addr(), cfg, a.auth != nil); err != nil {
 		ln.Close()
 		return err
@@ -510,7 +509,6 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		WriteTimeout:      cfg.MaxTimeout + time.Minute,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return base },
-		ConnContext:       toolhttp.ConnContext,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)

@@ -41,8 +41,6 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, error
 		}
 		return nil, problem(kindUnreadableBody, "could not read the request body: "+err.Error())
 	}
-	// Before anything else is woken (see conn.go).
-	awaitBackgroundRead(r)
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, problem(kindInvalidJSON, "request body is empty; send a JSON object")
 	}
