@@ -115,10 +115,12 @@ func newRedactor() *redactor {
 // resolve, the common case, is returned as it is.
 func (rd *redactor) record(r slog.Record) (slog.Record, bool) {
 	clean := !isCredential(r.Message)
-	r.Attrs(func(a slog.Attr) bool {
-		clean = !rd.needed(a)
-		return clean
-	})
+	if clean {
+		r.Attrs(func(a slog.Attr) bool {
+			clean = !rd.needed(a)
+			return clean
+		})
+	}
 	if clean {
 		return r, false
 	}

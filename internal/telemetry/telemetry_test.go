@@ -310,6 +310,17 @@ func TestRedactSecrets(t *testing.T) {
 	}
 }
 
+// TestRedactCredentialMessageWithPlainAttrs: a message that is a
+// credential is redacted though every attribute beside it is ordinary.
+func TestRedactCredentialMessageWithPlainAttrs(t *testing.T) {
+	var out bytes.Buffer
+	const secret = "s3cr3t-value-42"
+	NewLogger(&out, LogOptions{}).Info("Bearer "+secret, "tool", "fs__read", "n", 3)
+	if s := out.String(); strings.Contains(s, secret) || !strings.Contains(s, `"msg":"`+Redacted+`"`) || !strings.Contains(s, `"tool":"fs__read"`) {
+		t.Errorf("log line: %s", s)
+	}
+}
+
 type logValuer struct{ v slog.Value }
 
 func (l logValuer) LogValue() slog.Value { return l.v }
