@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"runtime"
 	"strings"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -27,13 +28,32 @@ func encode(w http.ResponseWriter, status int, v any) error {
 	return err
 }
 
+// readBody reads r's body, at most limit bytes, and then yields the
+// processor.
+//
+// Once a handler has read a body to its end, net/http starts a goroutine
+// that reads the connection (to notice the client leaving), and when the
+// handler returns, it waits for that goroutine to have begun before it
+// reads the connection's next request. The new goroutine is first in line
+// on this P, but the first goroutine the handler then wakes (the runner of a
+// tool) takes that place and sends it to the back of the run queue, so the
+// connection's next request would wait behind every call queued: under
+// load, most of the p99 of POST /calls (BENCHMARKS.md, "Where the time
+// goes"). Yielding once here lets it begin first. It is only a hint to the
+// scheduler: nothing waits on it, whatever net/http does.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	runtime.Gosched()
+	return body, err
+}
+
 // readJSON reads a request body that must be JSON, within the size and
 // depth limits, and returns it.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if err := requireJSON(r); err != nil {
 		return nil, err
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.deps.Limits.MaxRequestBytes))
+	body, err := readBody(w, r, s.deps.Limits.MaxRequestBytes)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

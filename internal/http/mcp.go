@@ -215,7 +215,7 @@ func boundBatch(w *jsonRPCErrors, r *http.Request, limit int64) *rpcError {
 	if r.Method != http.MethodPost || r.Body == nil {
 		return nil
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	body, err := readBody(w, r, limit)
 	r.Body.Close()
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {

@@ -375,6 +375,7 @@ func TestMCPWireErrors(t *testing.T) {
 		{"not JSON", `{`, mcpHeaders, 400, -32700, "null"},
 		{"unknown method", `{"jsonrpc":"2.0","id":"q7","method":"foo/bar"}`, mcpHeaders, 400, -32601, `"q7"`},
 		{"batch of 51", "[" + strings.Join(batch, ",") + "]", map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}, 400, -32600, "null"},
+		{"over the body limit", `{"jsonrpc":"2.0","id":"q8","method":"ping"}` + strings.Repeat(" ", 2<<20), mcpHeaders, 413, -32600, "null"},
 	} {
 		r := e.do("POST", "/mcp", []byte(c.body), c.header, false)
 		var msg struct {
