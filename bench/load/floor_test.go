@@ -30,8 +30,9 @@ func TestCPUTimeCountsThisProcess(t *testing.T) {
 	}
 }
 
-// TestCalibrateScales: twice the work is about twice the rounds, and no
-// work is none.
+// TestCalibrateScales: some work is some rounds, twice the work is no
+// fewer (the two calibrations are timed apart, so the ratio is left to
+// noise), and no work is none.
 func TestCalibrateScales(t *testing.T) {
 	if n := calibrate(0); n != 0 {
 		t.Errorf("calibrate(0) = %d rounds", n)
