@@ -79,7 +79,13 @@ type instance struct {
 func start(t *testing.T, extra ...string) *instance {
 	t.Helper()
 	addr := freeAddr(t)
-	environ := append([]string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_LOG_FLUSH_INTERVAL=0", "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir()}, extra...)
+	environ := []string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_LOG_FLUSH_INTERVAL=0", "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir()}
+	if raceEnabled {
+		// The interpreter and workers are this race-built binary: about
+		// 450 MiB of data before the command line does anything.
+		environ = append(environ, "TOOLSVC_TOOL_MEMORY_LIMIT=64GiB")
+	}
+	environ = append(environ, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{t: t, base: "http://" + addr, cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}}
 	go func() { in.done <- run(ctx, []string{"toolsvc"}, environ, io.Discard, in.logs) }()
