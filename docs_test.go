@@ -56,6 +56,13 @@ func TestDocs(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	// A block's `go run` of an example prints "go: downloading …" for each
+	// module the example needs that is not in the module cache yet, which
+	// the documented output does not show. `go test ./...` has them all
+	// before any test runs; run alone, this package has only its own.
+	if out, err := exec.Command("go", "mod", "download").CombinedOutput(); err != nil {
+		t.Fatalf("go mod download: %v\n%s", err, out)
+	}
 	for _, file := range files {
 		t.Run(file, func(t *testing.T) {
 			src, err := os.ReadFile(file)
