@@ -57,8 +57,12 @@ func (o BatchOptions) withDefaults() BatchOptions {
 //
 // A call that finds no free slot within o.CapacityWait gets an E_CANCELED
 // result saying it did not run. When that happens to every call, so that
-// nothing ran, the error is ErrOverloaded and there are no results; the
-// error is ErrBatchTooLarge beyond MaxBatchCalls calls.
+// nothing ran, the error is ErrOverloaded and there are no results. A call
+// the store could not record is answered the same way (E_CANCELED, not
+// run), and a batch none of whose calls could be recorded fails with
+// ErrUnavailable; a call whose toolCallId names another call gets an
+// E_INVALID_ARGUMENTS result. The error is ErrBatchTooLarge beyond
+// MaxBatchCalls calls.
 func (e *Executor) ExecuteBatch(ctx context.Context, caller *Caller, calls []*Call, o BatchOptions) ([]*Result, error) {
 	if len(calls) > MaxBatchCalls {
 		return nil, ErrBatchTooLarge
@@ -70,7 +74,7 @@ func (e *Executor) ExecuteBatch(ctx context.Context, caller *Caller, calls []*Ca
 	defer span.End()
 	ctx = context.WithValue(ctx, capacityWaitKey{}, o.CapacityWait)
 
-	b := &batch{e: e, caller: caller, calls: calls, results: make([]*Result, len(calls)), overloaded: make([]bool, len(calls))}
+	b := &batch{e: e, caller: caller, calls: calls, results: make([]*Result, len(calls)), refused: make([]error, len(calls))}
 	for i := 0; i < len(calls); {
 		if ctx.Err() != nil {
 			b.notStarted(ctx, i, len(calls))
@@ -105,16 +109,27 @@ type batch struct {
 	caller     *Caller
 	calls      []*Call
 	results    []*Result
-	overloaded []bool
+	// refused holds, for a call that did not run because the service had
+	// no capacity or the store did not answer, why; when every call of
+	// the batch was refused the batch is, with the first call's reason.
+	refused []error
 }
 
 func (b *batch) run(ctx context.Context, i int) {
 	res, err := b.e.Execute(ctx, b.caller, b.calls[i])
-	if errors.Is(err, ErrOverloaded) {
-		b.overloaded[i] = true
-		return
+	switch {
+	case err == nil:
+		b.results[i] = res
+	case errors.Is(err, ErrOverloaded), errors.Is(err, ErrUnavailable):
+		b.refused[i] = err
+	case errors.Is(err, ErrConflict):
+		b.results[i] = b.errorResult(i, &Error{Code: CodeInvalidArguments,
+			Message:    fmt.Sprintf("not run: toolCallId %q already names a call with another tool or other arguments", b.calls[i].ToolCallID),
+			Suggestion: "Give a new call a new toolCallId; send the same tool and arguments to read the earlier call's result."})
+	default:
+		b.results[i] = b.errorResult(i, &Error{Code: CodeInternal,
+			Message: "not run: the call could not be taken; nothing was executed"})
 	}
-	b.results[i] = res
 }
 
 // group runs calls[from:to] with at most n at once. Once ctx ends, calls
@@ -161,17 +176,21 @@ func (b *batch) errorResult(i int, err *Error) *Result {
 
 func (b *batch) finish(wait time.Duration) ([]*Result, error) {
 	n := 0
-	for i, over := range b.overloaded {
-		if !over {
+	for i, err := range b.refused {
+		if err == nil {
 			continue
 		}
 		n++
-		b.results[i] = b.errorResult(i, &Error{Code: CodeCanceled,
+		e := &Error{Code: CodeCanceled,
 			Message:    fmt.Sprintf("not run: the service is at its limit of calls in flight and had no capacity for this call within %s; nothing was executed", wait),
-			Suggestion: "Retry this call in a moment."})
+			Suggestion: "Retry this call in a moment."}
+		if errors.Is(err, ErrUnavailable) {
+			e.Message = "not run: the call store did not answer, so the call could not be recorded; nothing was executed"
+		}
+		b.results[i] = b.errorResult(i, e)
 	}
 	if n > 0 && n == len(b.calls) {
-		return nil, ErrOverloaded
+		return nil, b.refused[0]
 	}
 	return b.results, nil
 }

@@ -203,10 +203,18 @@ func TestStringArgumentsDepth(t *testing.T) {
 }
 
 // flaky is a real store whose FinishCall and AppendAudit fail while down
-// is set, as when the database goes away after a tool ran.
+// is set, as when the database goes away after a tool ran, and whose
+// BeginCall fails while beginDown is set.
 type flaky struct {
 	registry.Store
-	down atomic.Bool
+	down, beginDown atomic.Bool
+}
+
+func (f *flaky) BeginCall(ctx context.Context, rec *registry.CallRecord) (*registry.CallRecord, bool, error) {
+	if f.beginDown.Load() {
+		return nil, false, errDown
+	}
+	return f.Store.BeginCall(ctx, rec)
 }
 
 var errDown = errors.New("store down")
@@ -338,5 +346,60 @@ func TestAuditNamesTokenCallers(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("audit trail:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestBatchAnswersRefusedCallsInTheirSlots: a batch call whose toolCallId
+// names another call, or that the store cannot record, gets an error
+// result in its own slot saying it did not run, and the batch's other
+// calls run and keep their results; a batch none of whose calls could be
+// recorded fails as a whole, as a single call would.
+func TestBatchAnswersRefusedCallsInTheirSlots(t *testing.T) {
+	var runs atomic.Int32
+	tool := &registry.Tool{
+		Definition: registry.Definition{Name: "fs__append", Description: "Appends.", Tier: registry.SideEffecting, Parameters: object},
+		Handler: registry.Func(func(context.Context, *registry.Request) (any, error) {
+			return runs.Add(1), nil
+		}),
+	}
+	st := &flaky{Store: openSQLite(t)}
+	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, tool), Store: st})
+	caller := registry.Anonymous()
+	if res, err := e.Execute(t.Context(), caller, &registry.Call{ToolCallID: "used", ToolName: "fs__append", Arguments: json.RawMessage(`{"x":1}`)}); err != nil || res.Status != registry.StatusOK {
+		t.Fatalf("first call: %v %+v", err, res)
+	}
+	res, err := e.ExecuteBatch(t.Context(), caller, []*registry.Call{
+		{ToolCallID: "used", ToolName: "fs__append", Arguments: json.RawMessage(`{"x":2}`)},
+		{ToolCallID: "fresh", ToolName: "fs__append", Arguments: json.RawMessage(`{"x":1}`)},
+	}, registry.BatchOptions{})
+	if err != nil || len(res) != 2 {
+		t.Fatalf("batch with a used id: %v %+v", err, res)
+	}
+	if res[0] == nil || res[0].Code() != registry.CodeInvalidArguments || res[0].ToolCallID != "used" ||
+		!strings.HasPrefix(res[0].Error.Message, "not run: ") || res[0].Error.Suggestion == "" {
+		t.Errorf("call under a used id: %+v", res[0])
+	}
+	if res[1] == nil || res[1].Status != registry.StatusOK || string(res[1].Output) != "2" {
+		t.Errorf("the other call: %+v", res[1])
+	}
+
+	st.beginDown.Store(true)
+	res, err = e.ExecuteBatch(t.Context(), caller, []*registry.Call{
+		{ToolCallID: "fresh", ToolName: "fs__append", Arguments: json.RawMessage(`{"x":1}`)},
+		{ToolCallID: "down", ToolName: "fs__append", Arguments: json.RawMessage(`{"x":1}`)},
+	}, registry.BatchOptions{})
+	if err != nil || len(res) != 2 {
+		t.Fatalf("batch while the store cannot record: %v %+v", err, res)
+	}
+	if res[1] == nil || res[1].Code() != registry.CodeCanceled || !strings.Contains(res[1].Error.Message, "store did not answer") || res[1].ToolCallID != "down" {
+		t.Errorf("call the store could not record: %+v", res[1])
+	}
+	if _, err := e.ExecuteBatch(t.Context(), caller, []*registry.Call{
+		{ToolCallID: "down", ToolName: "fs__append", Arguments: json.RawMessage(`{"x":1}`)},
+	}, registry.BatchOptions{}); !errors.Is(err, registry.ErrUnavailable) {
+		t.Errorf("batch none of whose calls could be recorded: %v, want ErrUnavailable", err)
+	}
+	if runs.Load() != 2 {
+		t.Errorf("the tool ran %d times, want 2", runs.Load())
 	}
 }

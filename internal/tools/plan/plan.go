@@ -209,9 +209,14 @@ func (b *Binder) run(ctx context.Context, req *registry.Request, o registry.Batc
 		}
 	}
 	results, err := (*r).ExecuteBatch(ctx, req.Caller, calls, o)
-	if errors.Is(err, registry.ErrOverloaded) {
+	switch {
+	case errors.Is(err, registry.ErrOverloaded):
 		return nil, &registry.Error{Code: registry.CodeTool,
 			Message:    "no step ran: the service is at its limit of calls in flight",
+			Suggestion: "Retry the plan in a moment."}
+	case errors.Is(err, registry.ErrUnavailable):
+		return nil, &registry.Error{Code: registry.CodeTool,
+			Message:    "no step ran: the call store did not answer, so no step could be recorded",
 			Suggestion: "Retry the plan in a moment."}
 	}
 	if err != nil {
