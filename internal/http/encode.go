@@ -42,6 +42,12 @@ func encode(w http.ResponseWriter, status int, v any) error {
 // goes"). Yielding once here lets it begin first. It is only a hint to the
 // scheduler: nothing waits on it, whatever net/http does.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		// Refused before reading: a client that declared more than the
+		// limit and sends less would otherwise hold the read until it
+		// times out.
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	runtime.Gosched()
 	return body, err
@@ -59,7 +65,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) ([]byte, error
 		if errors.As(err, &mbe) {
 			return nil, err
 		}
-		return nil, problem(kindUnreadableBody, "could not read the request body: "+err.Error())
+		return nil, problem(kindUnreadableBody, "could not read the request body: it stopped arriving before the server's read deadline, or its framing is broken").because(err)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, problem(kindInvalidJSON, "request body is empty; send a JSON object")

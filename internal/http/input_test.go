@@ -1,11 +1,15 @@
 package http
 
 import (
+	"bufio"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -145,5 +149,30 @@ func TestPendingApprovalSaysHowToApprove(t *testing.T) {
 	if got.Status != "pending_approval" || got.Approval.ID != "apr_1" || !strings.Contains(got.Approval.Approve, "POST /approvals/apr_1") ||
 		!strings.Contains(got.Approval.Approve, "approve scope") || got.Approval.Result != "GET /calls/c-7?wait=30s" {
 		t.Errorf("pending result: %s", b)
+	}
+}
+
+// A body whose declared length is over the limit is refused at once, not
+// read until the client, which sends less, gives up.
+func TestDeclaredLengthOverLimit(t *testing.T) {
+	e := newEnv(t)
+	conn, err := net.Dial("tcp", e.ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /calls HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2000000\r\n\r\n{}"); err != nil {
+		t.Fatal(err)
+	}
+	// A deadline on the wait only: without the check the answer never comes.
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer while the body is short of its declared length: %v", err)
+	}
+	defer resp.Body.Close()
+	var p struct{ Code, Detail string }
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil || resp.StatusCode != 413 || p.Code != "payload_too_large" || !strings.Contains(p.Detail, "1048576") {
+		t.Errorf("%d %+v %v", resp.StatusCode, p, err)
 	}
 }

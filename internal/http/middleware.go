@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -46,6 +48,42 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 		w.Header().Set("X-Request-Id", id)
 		next.ServeHTTP(w, r.WithContext(registry.WithRequestID(r.Context(), id)))
 	})
+}
+
+// loopbackHost refuses a request that reached a loopback address under
+// another host's name while the service takes callers without
+// credentials. A web page whose name an attacker re-pointed at 127.0.0.1
+// (DNS rebinding) would otherwise reach such a service, whose anonymous
+// caller may run and approve every tool, as a same-origin page that needs
+// no CORS preflight. It is the rule the MCP SDK applies at /mcp, applied
+// to every route. With credentials a rebound page has none to send, and a
+// proxy on the same host (a sidecar) may pass the name it was reached by.
+func (s *Server) loopbackHost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.identity() == nil && !isLoopback(r.Host) {
+			if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && local != nil && isLoopback(local.String()) {
+				s.writeProblem(w, r, problem(kindForeignHost, fmt.Sprintf(
+					"this server takes requests without credentials on a loopback address, so it answers only requests for localhost, 127.0.0.1 or [::1], not for %q", r.Host)))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// isLoopback reports whether hostport (a Host header or an address, with
+// or without a port) names a loopback host.
+func isLoopback(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 func saneID(id string) bool {

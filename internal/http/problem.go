@@ -51,6 +51,7 @@ const (
 	kindInvalidDecision
 	kindUnauthorized
 	kindForbidden
+	kindForeignHost
 	kindNotFound
 	kindMethodNotAllowed
 	kindConflict
@@ -87,6 +88,7 @@ var kinds = [...]problemKind{
 	kindInvalidDecision:      {http.StatusBadRequest, "invalid_decision", "The approval decision cannot be read", 0},
 	kindUnauthorized:         {http.StatusUnauthorized, "unauthorized", "Missing or invalid credentials", 0},
 	kindForbidden:            {http.StatusForbidden, "forbidden", "The caller lacks a scope", 0},
+	kindForeignHost:          {http.StatusForbidden, "foreign_host", "The request names a host this server does not serve", 0},
 	kindNotFound:             {http.StatusNotFound, "not_found", "Not found", 0},
 	kindMethodNotAllowed:     {http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed", 0},
 	kindConflict:             {http.StatusConflict, "conflict", "The toolCallId was used for another call", 0},

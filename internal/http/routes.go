@@ -12,7 +12,7 @@ import (
 
 // addRoutes is the one place every route is declared.
 func (s *Server) addRoutes(r chi.Router) {
-	r.Use(s.telemetry(), s.requestID, s.accessLog, s.recoverer)
+	r.Use(s.telemetry(), s.requestID, s.accessLog, s.recoverer, s.loopbackHost)
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return problem(kindNotFound, "no route for "+r.URL.Path)
 	}))

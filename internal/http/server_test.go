@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -129,6 +130,10 @@ func (e *env) do(method, path string, body []byte, header map[string]string, val
 		e.t.Fatal(err)
 	}
 	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := e.ts.Client().Do(req)
@@ -491,6 +496,46 @@ type staticAuth map[string]*registry.Caller
 func (a staticAuth) Authenticate(token string) (*registry.Caller, bool) {
 	c, ok := a[token]
 	return c, ok
+}
+
+// TestLoopbackHost: a service without credentials on loopback answers only
+// requests that name a loopback host, so a page rebound to 127.0.0.1 under
+// its own name cannot run (or approve) calls; with credentials, any name
+// reaches authentication.
+func TestLoopbackHost(t *testing.T) {
+	call := []byte(`{"toolName":"text__transform","arguments":{"operation":"upper","text":"a"}}`)
+	e := newEnv(t)
+	for _, host := range []string{"rebind.example.com", "rebind.example.com:8080", "127.0.0.1.example.com", "[::2]:80", "0.0.0.0:8080"} {
+		r := e.do("POST", "/calls", call, map[string]string{"Content-Type": "application/json", "Host": host}, true)
+		var p struct{ Code, Detail string }
+		r.json(t, &p)
+		if r.status != 403 || p.Code != "foreign_host" || !strings.Contains(p.Detail, host) {
+			t.Errorf("Host %s: %d %s", host, r.status, r.body)
+		}
+	}
+	req, _ := http.NewRequest("GET", e.ts.URL+"/healthz", nil)
+	req.Host = "rebind.example.com"
+	if resp, err := e.ts.Client().Do(req); err != nil || resp.StatusCode != 403 {
+		t.Errorf("any route under a foreign name: %v %v", err, resp)
+	} else {
+		resp.Body.Close()
+	}
+	_, port, _ := net.SplitHostPort(e.ts.Listener.Addr().String())
+	for _, host := range []string{"localhost:" + port, "LOCALHOST", "127.0.0.1:" + port, "127.0.0.2", "[::1]:" + port, "[::ffff:127.0.0.1]"} {
+		if r := e.do("POST", "/calls", call, map[string]string{"Content-Type": "application/json", "Host": host}, true); r.status != 200 {
+			t.Errorf("Host %s: %d %s", host, r.status, r.body)
+		}
+	}
+
+	authed := newEnv(t, func(d *Deps, o *registry.Options) {
+		d.Auth = staticAuth{"caller": {ID: "caller", Scopes: []registry.Scope{registry.ScopeCall}}}
+	})
+	if r := authed.do("POST", "/calls", call, map[string]string{"Content-Type": "application/json", "Host": "tools.example.com", "Authorization": "Bearer caller"}, true); r.status != 200 {
+		t.Errorf("with credentials, a proxy's name: %d %s", r.status, r.body)
+	}
+	if r := authed.do("POST", "/calls", call, map[string]string{"Content-Type": "application/json", "Host": "tools.example.com"}, false); r.status != 401 {
+		t.Errorf("with credentials, no token: %d %s", r.status, r.body)
+	}
 }
 
 func TestAuthentication(t *testing.T) {
