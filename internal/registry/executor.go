@@ -418,7 +418,9 @@ func (e *Executor) admit(ctx context.Context, f *flight) (release func(), err er
 // answer when the handler ignores its deadline.
 func (e *Executor) runTool(ctx context.Context, f *flight, release func()) (any, error) {
 	timeout := f.tool.Timeout
-	if ms := f.call.TimeoutMs; ms > 0 && time.Duration(ms)*time.Millisecond < timeout {
+	// Compared in milliseconds: a timeoutMs past what a Duration holds
+	// (a gateway's "no limit") must not wrap around to a short one.
+	if ms := f.call.TimeoutMs; ms > 0 && ms < timeout.Milliseconds() {
 		timeout = time.Duration(ms) * time.Millisecond
 	}
 	if e.maxTime > 0 && timeout > e.maxTime {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -246,6 +247,13 @@ func TestTimeoutPanicAndLimits(t *testing.T) {
 	res = mustExec(t, e, nil, &Call{ToolName: "t__stubborn", Arguments: args, TimeoutMs: 60_000})
 	if res.Code() != CodeTimeout || !strings.Contains(res.Error.Message, "50ms") {
 		t.Errorf("lengthened timeout: %+v", res.Error)
+	}
+	// ... even by a value past what a Duration holds (a "no limit").
+	for _, ms := range []int64{math.MaxInt64, 9223372036855, 18446744073710} {
+		res = mustExec(t, e, nil, &Call{ToolName: "t__stubborn", Arguments: args, TimeoutMs: ms})
+		if res.Code() != CodeTimeout || !strings.Contains(res.Error.Message, "within 50ms") {
+			t.Errorf("timeoutMs %d: %+v", ms, res.Error)
+		}
 	}
 	// A caller that goes away cancels the call.
 	ctx, cancel := context.WithCancel(context.Background())
