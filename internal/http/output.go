@@ -17,10 +17,14 @@ type OutputReader interface {
 	ReadOutput(ctx context.Context, caller *registry.Caller, catalog []string, toolCallID, stream string, offset int64, limit int) (*registry.SpillInfo, []byte, error)
 }
 
-// The most and the default bytes one GET /calls/{id}/output returns.
+// The most and the default bytes one GET /calls/{id}/output returns, and
+// the most it holds in memory at once: a range is read from the store and
+// written out piece by piece, so a client that reads slowly holds one
+// piece, not its whole range.
 const (
 	maxOutputRead     = 16 << 20
 	defaultOutputRead = 1 << 20
+	outputPiece       = 1 << 20
 )
 
 // handleGetOutput serves a range of the kept full output of a cut call of
@@ -47,7 +51,9 @@ func (s *Server) handleGetOutput(w http.ResponseWriter, r *http.Request) error {
 		return problem(kindInvalidParameter, "stream must be output, stdout, stderr or body")
 	}
 	id := chi.URLParam(r, "toolCallId")
-	info, data, err := reader.ReadOutput(r.Context(), CallerFrom(r.Context()), nil, id, stream, offset, int(limit))
+	caller := CallerFrom(r.Context())
+	first := min(limit, outputPiece)
+	info, data, err := reader.ReadOutput(r.Context(), caller, nil, id, stream, offset, int(first))
 	var te *registry.Error
 	switch {
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrNoSpill):
@@ -62,10 +68,32 @@ func (s *Server) handleGetOutput(w http.ResponseWriter, r *http.Request) error {
 	h.Set("Toolsvc-Tool-Name", info.ToolName)
 	h.Set("Toolsvc-Total-Bytes", strconv.FormatInt(info.TotalBytes, 10))
 	h.Set("Toolsvc-Stored-Bytes", strconv.FormatInt(info.StoredBytes, 10))
-	h.Set("Toolsvc-Next-Offset", strconv.FormatInt(offset+int64(len(data)), 10))
-	h.Set("Content-Length", strconv.Itoa(len(data)))
+	n := int64(len(data))
+	if n == first {
+		// A full first piece: the range goes on to the limit or to the
+		// end of what is stored.
+		n = max(n, min(limit, info.StoredBytes-offset))
+	}
+	h.Set("Toolsvc-Next-Offset", strconv.FormatInt(offset+n, 10))
+	h.Set("Content-Length", strconv.FormatInt(n, 10))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(data)
+	if _, err := w.Write(data); err != nil {
+		return nil
+	}
+	for at := offset + int64(len(data)); at < offset+n; {
+		_, data, err := reader.ReadOutput(r.Context(), caller, nil, id, stream, at, int(min(offset+n-at, outputPiece)))
+		if err != nil || len(data) == 0 {
+			// The output went away (retention) or the store failed after
+			// the length was promised: end the connection short, so the
+			// client sees a truncated body, not a complete one.
+			s.deps.Logger.WarnContext(r.Context(), "output read broke off", "toolCallId", id, "offset", at, "error", err)
+			panic(http.ErrAbortHandler)
+		}
+		if _, err := w.Write(data); err != nil {
+			return nil
+		}
+		at += int64(len(data))
+	}
 	return nil
 }
 

@@ -82,6 +82,15 @@ func TestCutOutputIsReadOn(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("read back %d bytes, want the %d of the output", len(got), len(want))
 	}
+	// Ranges longer than one piece the server reads at a time, at an
+	// offset and a length that are not whole pieces, come back whole.
+	for _, c := range []struct{ off, limit int }{{kept, 16 << 20}, {kept + 7, 1<<20 + 3}, {1, 3<<20 - 1}} {
+		r := e.do("GET", fmt.Sprintf("/calls/big1/output?offset=%d&limit=%d", c.off, c.limit), nil, as("alice"), true)
+		end := min(c.off+c.limit, len(want))
+		if r.status != 200 || !bytes.Equal(r.body, want[c.off:end]) || r.header.Get("Toolsvc-Next-Offset") != strconv.Itoa(end) {
+			t.Errorf("offset %d limit %d: %d, %d bytes, next %s; want %d bytes", c.off, c.limit, r.status, len(r.body), r.header.Get("Toolsvc-Next-Offset"), end-c.off)
+		}
+	}
 
 	for _, c := range []struct{ token, path string }{
 		{"bob", "/calls/big1/output"},                 // another caller
