@@ -30,6 +30,10 @@ type Config struct {
 	ErrorMessageLimit int           `env:"TOOLSVC_ERROR_MESSAGE_LIMIT" envDefault:"1000" desc:"characters of an error message"`
 	MaxRequestBytes   int64         `env:"TOOLSVC_MAX_REQUEST_BYTES" envDefault:"1048576" desc:"request body limit (413 beyond)"`
 	MaxJSONDepth      int           `env:"TOOLSVC_MAX_JSON_DEPTH" envDefault:"64" desc:"request nesting limit (400 beyond)"`
+	// MaxConnections bounds the client connections held open at once, so
+	// that idle ones cannot take the file descriptors the store and the
+	// tools need; a connection beyond it waits in the listen queue.
+	MaxConnections int `env:"TOOLSVC_MAX_CONNECTIONS" envDefault:"0" desc:"client connections open at once (more wait to be accepted); 0 is half the process's open-file limit"`
 	// MaxConcurrency bounds the calls running at once (429 beyond it);
 	// 0 (the default) is 64 per CPU.
 	MaxConcurrency     int `env:"TOOLSVC_MAX_CONCURRENCY" envDefault:"0" desc:"calls running at once (429 beyond); 0 is 64 per CPU"`

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/netutil"
 
 	"github.com/toolsvc/toolsvc/api"
 	"github.com/toolsvc/toolsvc/internal/config"
@@ -406,6 +407,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		ln.Close()
 		return err
 	}
+	ln = netutil.LimitListener(ln, maxConnections(cfg.MaxConnections))
 	if a.auth == nil && cfg.Auth == "none" && !isLoopback(ln.Addr()) {
 		log.Warn("serving without authentication on a non-loopback address (TOOLSVC_AUTH=none)", "addr", ln.Addr().String())
 	}
@@ -642,4 +644,21 @@ func checkExposure(addr net.Addr, cfg Config, credentials bool) error {
 func isLoopback(addr net.Addr) bool {
 	tcp, ok := addr.(*net.TCPAddr)
 	return ok && tcp.IP.IsLoopback()
+}
+
+// maxConnections is TOOLSVC_MAX_CONNECTIONS, or when it is 0 half the
+// process's open-file limit (which the Go runtime has raised to its hard
+// limit), leaving the other half to the store, spills, and the pipes and
+// processes of running calls. Without a bound, a client holding idle
+// connections took every descriptor, and calls already admitted failed
+// with "too many open files".
+func maxConnections(configured int) int {
+	if configured > 0 {
+		return configured
+	}
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<30 {
+		return 1 << 20
+	}
+	return max(16, int(rl.Cur/2))
 }
