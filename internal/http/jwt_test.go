@@ -382,4 +382,12 @@ func TestToolRateLimit(t *testing.T) {
 	if r := e.do("POST", "/calls", text, h, true); r.status != 200 || len(r.header.Values("RateLimit-Policy")) != 1 {
 		t.Errorf("a tool without a bucket of its own: %d %v", r.status, r.header.Values("RateLimit-Policy"))
 	}
+	// A batch with more calls of a bucket than its burst can never run:
+	// it is told to split, not to retry.
+	r = e.do("POST", "/calls/batch", []byte(`{"calls":[`+string(text)+`,`+string(jq)+`,`+string(jq)+`]}`), h, true)
+	var prob Problem
+	r.json(t, &prob)
+	if r.status != 400 || prob.Code != "invalid_batch" || r.header.Get("Retry-After") != "" || !strings.Contains(prob.Detail, "2 calls") || !strings.Contains(prob.Detail, "burst is 1") {
+		t.Errorf("batch over a burst: %d %s, headers %v", r.status, r.body, r.header)
+	}
 }

@@ -87,6 +87,14 @@ func (s *Server) limitCalls(ctx context.Context, caller *registry.Caller, tools 
 				n: n, name: "tool" + strconv.Itoa(i), kind: "tool"})
 		}
 	}
+	for _, t := range takes {
+		if t.n > t.bucket.Burst {
+			// No wait would let it through: say so, not "retry in N s".
+			return nil, problem(kindInvalidBatch, fmt.Sprintf(
+				"this batch holds %d calls that count against the %s rate limit, whose burst is %d; no batch of more than %d such calls can run, so send them in smaller batches",
+				t.n, t.kind, t.bucket.Burst, t.bucket.Burst))
+		}
+	}
 	h := http.Header{}
 	for _, t := range takes {
 		d, err := s.deps.RateLimiter.Allow(ctx, t.bucket, t.n)
