@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
@@ -106,9 +107,16 @@ func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 	if c.ToolName == "" {
 		return &c, problem(kindMissingToolName, `the call names no tool; send {"toolName": "...", "arguments": {...}}, an OpenAI tool call or function_call item, an Anthropic tool_use block or a Gemini functionCall part`)
 	}
-	if len(c.ToolCallID) > 256 {
+	if utf8.RuneCountInString(c.ToolCallID) > 256 {
 		c.ToolCallID = ""
 		return &c, problem(kindInvalidCall, "toolCallId is longer than 256 characters")
+	}
+	if strings.ContainsRune(c.ToolCallID, utf8.RuneError) {
+		// The decoder turned invalid UTF-8 or an unpaired surrogate into
+		// U+FFFD: kept, two different ids would be one, and the answer's
+		// id would not be the one sent.
+		c.ToolCallID = ""
+		return &c, problem(kindInvalidCall, "toolCallId is not valid UTF-8 (or holds an unpaired surrogate escape); send the id as valid UTF-8")
 	}
 	return &c, nil
 }

@@ -176,3 +176,30 @@ func TestDeclaredLengthOverLimit(t *testing.T) {
 		t.Errorf("%d %+v %v", resp.StatusCode, p, err)
 	}
 }
+
+// A toolCallId is at most 256 characters (not bytes), and must be valid
+// UTF-8: the decoder would turn invalid bytes and unpaired surrogates into
+// U+FFFD, so that different ids collided and the answer's id was not the
+// one sent.
+func TestToolCallIDText(t *testing.T) {
+	e := newEnv(t)
+	send := func(id string) (int, string) {
+		body := append(append([]byte(`{"toolCallId":"`), id...), `","toolName":"text__transform","arguments":{"operation":"upper","text":"a"}}`...)
+		r := e.do("POST", "/calls", body, map[string]string{"Content-Type": "application/json"}, false)
+		return r.status, string(r.body)
+	}
+	if st, body := send(strings.Repeat("é", 256)); st != 200 || !strings.Contains(body, strings.Repeat("é", 256)) {
+		t.Errorf("256 two-byte characters: %d %s", st, body)
+	}
+	if st, body := send(strings.Repeat("é", 257)); st != 400 || !strings.Contains(body, "longer than 256 characters") {
+		t.Errorf("257 characters: %d %s", st, body)
+	}
+	for _, id := range []string{"u\xff", "u\xfe", `u\udfff`, `u\ud800x`} {
+		if st, body := send(id); st != 400 || !strings.Contains(body, "not valid UTF-8") {
+			t.Errorf("id %q: %d %s", id, st, body)
+		}
+	}
+	if st, body := send(`u\ud83d\ude00`); st != 200 || !strings.Contains(body, `"toolCallId":"u😀"`) {
+		t.Errorf("a surrogate pair: %d %s", st, body)
+	}
+}
