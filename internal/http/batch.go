@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
@@ -31,8 +32,19 @@ func decodeBatch(raw []byte) (*wireBatch, error) {
 		return nil, problem(kindInvalidBatch, `a batch must be a JSON object: {"calls": [...]}`)
 	}
 	var b wireBatch
-	if err := json.Unmarshal(raw, &b); err != nil {
-		return nil, problem(kindInvalidBatch, `the batch does not have the expected shape {"calls": [...], "context": {...}, "catalog": [...]}: `+err.Error())
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	// Strict as a native call is: a misspelt "catalog" would otherwise
+	// widen the catalog the batch meant to narrow.
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		if m := unknownMember(err); m != "" {
+			detail := fmt.Sprintf("the batch has a member %q, which is not part of a batch or of a call's context; a batch has only calls, context and catalog", m)
+			if want := closestOf(m, "calls", "context", "catalog"); want != "" {
+				detail += fmt.Sprintf(" (did you mean %q?)", want)
+			}
+			return nil, problem(kindInvalidBatch, detail)
+		}
+		return nil, problem(kindInvalidBatch, `the batch does not have the expected shape {"calls": [...], "context": {...}, "catalog": [...]}: `+shapeError(err))
 	}
 	if b.Calls == nil {
 		return nil, problem(kindInvalidBatch, `the batch has no "calls" array; send {"calls": [call, ...]}`)
@@ -41,6 +53,17 @@ func decodeBatch(raw []byte) (*wireBatch, error) {
 		return nil, problem(kindInvalidBatch, fmt.Sprintf("the batch holds %d calls; at most %d are allowed, so split it", n, registry.MaxBatchCalls))
 	}
 	return &b, nil
+}
+
+// closestOf returns the one of names within two edits of member, or "".
+func closestOf(member string, names ...string) string {
+	best, bestDist := "", 3
+	for _, n := range names {
+		if d := registry.EditDistance(strings.ToLower(member), n); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	return best
 }
 
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) error {

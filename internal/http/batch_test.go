@@ -283,19 +283,23 @@ func TestBatchEnvelope(t *testing.T) {
 		name, body, path string
 		status           int
 		code             string
+		detail           string
 	}{
-		{"array", `[]`, "/calls/batch", 400, "invalid_batch"},
-		{"no calls", `{"context":{}}`, "/calls/batch", 400, "invalid_batch"},
-		{"calls not an array", `{"calls":{"toolName":"x"}}`, "/calls/batch", 400, "invalid_batch"},
-		{"too many", `{"calls":[` + many + `{"toolName":"text__transform"}]}`, "/calls/batch", 400, "invalid_batch"},
-		{"not json", `{"calls":[`, "/calls/batch", 400, "invalid_json"},
-		{"bad format", `{"calls":[]}`, "/calls/batch?format=xml", 400, "invalid_parameter"},
+		{"array", `[]`, "/calls/batch", 400, "invalid_batch", ""},
+		{"no calls", `{"context":{}}`, "/calls/batch", 400, "invalid_batch", ""},
+		{"calls not an array", `{"calls":{"toolName":"x"}}`, "/calls/batch", 400, "invalid_batch", "calls must be an array, not object"},
+		{"too many", `{"calls":[` + many + `{"toolName":"text__transform"}]}`, "/calls/batch", 400, "invalid_batch", ""},
+		{"not json", `{"calls":[`, "/calls/batch", 400, "invalid_json", ""},
+		{"bad format", `{"calls":[]}`, "/calls/batch?format=xml", 400, "invalid_parameter", ""},
+		// A misspelt member would have left the catalog unnarrowed.
+		{"misspelt catalog", `{"calls":[{"toolName":"text__transform"}],"catalgo":["json__*"]}`, "/calls/batch", 400, "invalid_batch", `"catalgo"`},
+		{"unknown context member", `{"calls":[],"context":{"instance":"a"}}`, "/calls/batch", 400, "invalid_batch", `"instance"`},
 	}
 	for _, c := range cases {
 		r := e.do("POST", c.path, []byte(c.body), jsonCT, false)
 		var p Problem
 		r.json(t, &p)
-		if r.status != c.status || p.Code != c.code || p.Detail == "" {
+		if r.status != c.status || p.Code != c.code || p.Detail == "" || !strings.Contains(p.Detail, c.detail) || strings.Contains(p.Detail, "Go ") {
 			t.Errorf("%s: %d %s", c.name, r.status, r.body)
 		}
 	}
