@@ -391,11 +391,24 @@ func TestMCPWireErrors(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ method, path, allow string }{
-		{"GET", "/mcp", "POST"}, {"DELETE", "/tools", "GET"}, {"PUT", "/calls", "POST"}, {"DELETE", "/approvals/apr_1", "GET, POST"},
+		{"GET", "/mcp", "POST"}, {"DELETE", "/tools", "GET, HEAD"}, {"PUT", "/calls", "POST"}, {"DELETE", "/approvals/apr_1", "GET, HEAD, POST"},
+		{"HEAD", "/mcp", "POST"},
 	} {
 		r := e.do(c.method, c.path, nil, nil, false)
 		if r.status != 405 || r.header.Get("Allow") != c.allow {
 			t.Errorf("%s %s: %d Allow %q, want %q", c.method, c.path, r.status, r.header.Get("Allow"), c.allow)
+		}
+	}
+	// HEAD is served wherever GET is (RFC 9110, section 9.3.2).
+	for _, path := range []string{"/healthz", "/tools", "/openapi.yaml"} {
+		resp, err := e.ts.Client().Head(e.ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || len(body) != 0 || resp.Header.Get("Content-Type") == "" {
+			t.Errorf("HEAD %s: %d %q", path, resp.StatusCode, resp.Header.Get("Content-Type"))
 		}
 	}
 }

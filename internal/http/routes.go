@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -12,7 +13,7 @@ import (
 
 // addRoutes is the one place every route is declared.
 func (s *Server) addRoutes(r chi.Router) {
-	r.Use(s.telemetry(), s.requestID, s.accessLog, s.recoverer, s.loopbackHost)
+	r.Use(middleware.GetHead, s.telemetry(), s.requestID, s.accessLog, s.recoverer, s.loopbackHost)
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return problem(kindNotFound, "no route for "+r.URL.Path)
 	}))
@@ -52,9 +53,12 @@ func (s *Server) addRoutes(r chi.Router) {
 // that every 405 carries (RFC 9110, section 15.5.6).
 func allowedMethods(routes chi.Routes, path string) string {
 	var allowed []string
-	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		if routes.Match(chi.NewRouteContext(), m, path) {
 			allowed = append(allowed, m)
+			if m == http.MethodGet {
+				allowed = append(allowed, http.MethodHead) // middleware.GetHead
+			}
 		}
 	}
 	return strings.Join(allowed, ", ")
