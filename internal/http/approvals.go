@@ -157,5 +157,6 @@ func (s *Server) handleDecide(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return problem(kindUnavailable, "the call store is not answering").because(err)
 	}
+	markRecordPending(w, res)
 	return encode(w, resultStatus(res), nativeResult(res))
 }

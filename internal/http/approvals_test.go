@@ -1,0 +1,49 @@
+package http
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
+)
+
+// finishFails is a real store whose FinishCall fails while down is set.
+type finishFails struct {
+	registry.Store
+	down atomic.Bool
+}
+
+func (f *finishFails) FinishCall(ctx context.Context, c, id string, r *registry.Result, a *registry.AuditEntry) (*registry.CallRecord, bool, error) {
+	if f.down.Load() {
+		return nil, false, errors.New("store down")
+	}
+	return f.Store.FinishCall(ctx, c, id, r, a)
+}
+
+// TestApprovedRunWhoseRecordIsHeld: the answer to an approval whose run's
+// result the store did not take carries Toolsvc-Record: pending, as the
+// answer to the call itself would.
+func TestApprovedRunWhoseRecordIsHeld(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	fs := &finishFails{Store: st}
+	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = fs })
+	r, res := e.call("/calls", `{"toolName":"test__priv","toolCallId":"held_p","arguments":{"n":1}}`)
+	if r.status != 202 || res.Approval == nil {
+		t.Fatalf("privileged call: %d %s", r.status, r.body)
+	}
+	fs.down.Store(true)
+	r = e.do("POST", "/approvals/"+res.Approval.ID, []byte(`{"decision":"approve"}`), jsonCT, true)
+	var out registry.Result
+	r.json(t, &out)
+	if r.status != 200 || out.Status != registry.StatusOK || !out.RecordPending || r.header.Get(RecordHeader) != "pending" {
+		t.Errorf("approve while the result cannot be recorded: %d %s, %s %q", r.status, r.body, RecordHeader, r.header.Get(RecordHeader))
+	}
+}
