@@ -105,10 +105,10 @@ func concurrent(reg *Registry, c *Call) bool {
 
 // batch is one ExecuteBatch in progress.
 type batch struct {
-	e          *Executor
-	caller     *Caller
-	calls      []*Call
-	results    []*Result
+	e       *Executor
+	caller  *Caller
+	calls   []*Call
+	results []*Result
 	// refused holds, for a call that did not run because the service had
 	// no capacity or the store did not answer, why; when every call of
 	// the batch was refused the batch is, with the first call's reason.

@@ -4,6 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -86,12 +91,89 @@ type Request struct {
 	cut     int64
 }
 
-// Bind decodes the arguments into v.
+// Bind decodes the arguments into v. A number the schema accepted as an
+// integer but written as 2.0 or 1e2 (JSON Schema counts both as integers)
+// is read as the integer it is.
 func (r *Request) Bind(v any) error {
-	if err := json.Unmarshal(r.Arguments, v); err != nil {
-		return &Error{Code: CodeInvalidArguments, Message: "arguments: " + err.Error()}
+	err := json.Unmarshal(r.Arguments, v)
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && strings.HasPrefix(te.Value, "number") {
+		if args, ok := integralNumbers(r.Arguments); ok {
+			err = json.Unmarshal(args, v)
+		}
+	}
+	if err != nil {
+		return &Error{Code: CodeInvalidArguments, Message: "arguments: " + bindError(err)}
 	}
 	return nil
+}
+
+// integralNumbers rewrites the integral numbers of args that are written
+// with a fraction or an exponent (2.0, 1e2) as plain integers; ok is false
+// when there is none.
+func integralNumbers(args json.RawMessage) (json.RawMessage, bool) {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return nil, false
+	}
+	changed := false
+	var walk func(any) any
+	walk = func(v any) any {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				v[k] = walk(e)
+			}
+		case []any:
+			for i, e := range v {
+				v[i] = walk(e)
+			}
+		case json.Number:
+			if !strings.ContainsAny(string(v), ".eE") {
+				return v
+			}
+			f, _, err := big.ParseFloat(string(v), 10, 256, big.ToNearestEven)
+			if err != nil || !f.IsInt() || f.MantExp(nil) > 64 {
+				return v
+			}
+			i, _ := f.Int(nil)
+			changed = true
+			return json.Number(i.String())
+		}
+		return v
+	}
+	v = walk(v)
+	if !changed {
+		return nil, false
+	}
+	out, err := json.Marshal(v)
+	return out, err == nil
+}
+
+// bindError says what did not fit in the words of JSON, not of Go types.
+func bindError(err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Field == "" {
+		return err.Error()
+	}
+	want := "a " + te.Type.Kind().String()
+	switch te.Type.Kind() {
+	case reflect.String:
+		want = "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		want = "an integer in range"
+	case reflect.Float32, reflect.Float64:
+		want = "a number"
+	case reflect.Bool:
+		want = "a boolean"
+	case reflect.Slice, reflect.Array:
+		want = "an array"
+	case reflect.Struct, reflect.Map, reflect.Pointer:
+		want = "an object"
+	}
+	return fmt.Sprintf("%s must be %s, not %s", te.Field, want, te.Value)
 }
 
 // Handler runs a tool. It only computes: the executor has already looked the
