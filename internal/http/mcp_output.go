@@ -17,6 +17,10 @@ import (
 var readOnHint = regexp.MustCompile(`read on with ` + regexp.QuoteMeta(registry.ReadOnTool) +
 	` (\{\\?"toolCallId\\?":\\?"[A-Za-z0-9_.:-]{1,256}\\?"(?:,\\?"stream\\?":\\?"[a-z]+\\?")?,\\?"offset\\?":\d+\})`)
 
+// operatorHint finds the hints of markers whose caller cannot call
+// result__read: the route itself, with the id path-escaped.
+var operatorHint = regexp.MustCompile(`read it with GET /calls/([^/?\s\]]{1,800})/output\?offset=\d+(?:&stream=([a-z]+))?`)
+
 // linkCutOutputs adds to a tools/call result, for every kept output its
 // markers point to, a resource_link to GET /calls/{id}/output on this
 // server (base), so a client can fetch the whole output as well as the
@@ -29,15 +33,24 @@ func linkCutOutputs(res *mcp.CallToolResult, base string) *mcp.CallToolResult {
 	if !ok || !strings.Contains(text.Text, "[output truncated: ") {
 		return res
 	}
-	seen := map[string]bool{}
+	type hint struct {
+		ToolCallID string `json:"toolCallId"`
+		Stream     string `json:"stream"`
+	}
+	var hints []hint
 	for _, m := range readOnHint.FindAllStringSubmatch(text.Text, 8) {
-		var hint struct {
-			ToolCallID string `json:"toolCallId"`
-			Stream     string `json:"stream"`
+		var h hint
+		if json.Unmarshal([]byte(strings.ReplaceAll(m[1], `\"`, `"`)), &h) == nil {
+			hints = append(hints, h)
 		}
-		if json.Unmarshal([]byte(strings.ReplaceAll(m[1], `\"`, `"`)), &hint) != nil {
-			continue
+	}
+	for _, m := range operatorHint.FindAllStringSubmatch(text.Text, 8) {
+		if id, err := url.PathUnescape(m[1]); err == nil {
+			hints = append(hints, hint{ToolCallID: id, Stream: m[2]})
 		}
+	}
+	seen := map[string]bool{}
+	for _, hint := range hints {
 		stream := hint.Stream
 		if stream == "" {
 			stream = registry.SpillStreamOutput

@@ -70,7 +70,7 @@ func TestMCPEndpoint(t *testing.T) {
 			transform = tl
 		}
 	}
-	if len(list.Tools) != e.srv.deps.Executor.Registry().Len() || transform == nil || !strings.HasPrefix(strings.Join(names, ","), "json__query,test__big") {
+	if len(list.Tools) != e.srv.deps.Executor.Registry().Len() || transform == nil || !strings.HasPrefix(strings.Join(names, ","), "json__query,result__read,test__big") {
 		t.Fatalf("tools/list: %v", names)
 	}
 	if transform.Annotations == nil || !transform.Annotations.ReadOnlyHint || !strings.Contains(string(mustJSON(t, transform.InputSchema)), `"operation"`) {

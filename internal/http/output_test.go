@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -34,6 +36,7 @@ func TestCutOutputIsReadOn(t *testing.T) {
 			"alice":  {ID: "alice", Scopes: call},
 			"bob":    {ID: "bob", Scopes: call},
 			"alice2": {ID: "alice", Scopes: call, Tools: []string{"text__*"}},
+			"carol":  {ID: "carol", Scopes: call, Tools: []string{"test__*"}},
 		}
 	})
 	as := func(token string) map[string]string {
@@ -107,6 +110,29 @@ func TestCutOutputIsReadOn(t *testing.T) {
 			t.Errorf("?%s: %d, want 400", q, r.status)
 		}
 	}
+
+	// A caller without result__read in its catalog is not told to call it;
+	// the marker names the route, which serves it.
+	r = e.do("POST", "/calls", []byte(`{"toolCallId":"big/2","toolName":"test__big"}`), as("carol"), true)
+	r.json(t, &res)
+	_ = json.Unmarshal(res.Output, &text)
+	m = regexp.MustCompile(`; the full output is kept, and the operator can read it with GET /calls/big%2F2/output\?offset=(\d+)\]$`).FindStringSubmatch(text)
+	if m == nil || strings.Contains(text, "result__read") {
+		t.Fatalf("marker for a caller without result__read: %q", text[max(0, len(text)-300):])
+	}
+	// (Sent past the contract check, whose router does not match an
+	// escaped "/" in a path parameter.)
+	req, _ := http.NewRequest("GET", e.ts.URL+"/calls/big%2F2/output?offset="+m[1]+"&limit=10", nil)
+	req.Header.Set("Authorization", "Bearer carol")
+	resp, err := e.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Equal(body, want[kept:kept+10]) {
+		t.Errorf("GET the route the marker names: %d %q", resp.StatusCode, body)
+	}
 }
 
 // TestMCPCutOutputLinksToIt: over /mcp a cut result carries a
@@ -147,5 +173,29 @@ func TestMCPCutOutputLinksToIt(t *testing.T) {
 	res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "text__transform", Arguments: map[string]any{"operation": "upper", "text": "hi"}})
 	if err != nil || len(res.Content) != 1 {
 		t.Errorf("uncut result: %v, %+v", err, res)
+	}
+
+	// A caller that may not call result__read gets the link as well.
+	narrow := newEnv(t, func(d *Deps, o *registry.Options) {
+		o.Spill = registry.NewSpiller(registry.SpillOptions{Store: st})
+		d.Auth = staticAuth{"carol": {ID: "carol", Scopes: []registry.Scope{registry.ScopeCall}, Tools: []string{"test__*"}}}
+	})
+	cs2, err := mcpSession(t, narrow, "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs2.Close()
+	res, err = cs2.CallTool(context.Background(), &mcp.CallToolParams{Name: "test__big", Arguments: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	link = nil
+	for _, c := range res.Content {
+		if l, ok := c.(*mcp.ResourceLink); ok {
+			link = l
+		}
+	}
+	if text := res.Content[0].(*mcp.TextContent).Text; res.IsError || link == nil || !strings.HasSuffix(link.URI, "/output?stream=output") || strings.Contains(text, "result__read") {
+		t.Fatalf("no resource_link for a caller without result__read: %+v", res.Content)
 	}
 }

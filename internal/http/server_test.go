@@ -28,6 +28,7 @@ import (
 	"github.com/toolsvc/toolsvc/api"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/tools/jsonq"
+	resulttool "github.com/toolsvc/toolsvc/internal/tools/result"
 	"github.com/toolsvc/toolsvc/internal/tools/text"
 )
 
@@ -90,7 +91,8 @@ func testTools() []*registry.Tool {
 
 func newEnv(t testing.TB, mutate ...func(*Deps, *registry.Options)) *env {
 	t.Helper()
-	tools := append(append(text.Tools(), jsonq.Tools()...), testTools()...)
+	readOn, binder := resulttool.Tools(resulttool.Options{})
+	tools := append(append(append(text.Tools(), jsonq.Tools()...), testTools()...), readOn...)
 	reg, err := registry.New(registry.Defaults{Timeout: 5 * time.Second, MaxOutputBytes: 16384, ErrorMessageLimit: 1000}, tools...)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +103,9 @@ func newEnv(t testing.TB, mutate ...func(*Deps, *registry.Options)) *env {
 	for _, m := range mutate {
 		m(&deps, &opts)
 	}
-	deps.Executor = registry.NewExecutor(opts)
+	exec := registry.NewExecutor(opts)
+	binder.Bind(exec)
+	deps.Executor = exec
 	srv := NewServer(deps)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
@@ -242,7 +246,7 @@ func TestCatalog(t *testing.T) {
 	r := e.do("GET", "/tools", nil, nil, true)
 	var cat struct{ Tools []registry.Definition }
 	r.json(t, &cat)
-	if r.status != 200 || len(cat.Tools) != 6 {
+	if r.status != 200 || len(cat.Tools) != 7 {
 		t.Fatalf("GET /tools: %d, %d tools", r.status, len(cat.Tools))
 	}
 	for i := 1; i < len(cat.Tools); i++ {

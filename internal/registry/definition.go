@@ -89,6 +89,9 @@ type Request struct {
 	// output's size a tool reported with ReportTruncated (0: none).
 	spiller *Spiller
 	cut     int64
+	// reg is the registry the call was looked up in (nil in tests that
+	// build requests by hand).
+	reg *Registry
 }
 
 // Bind decodes the arguments into v. A number the schema accepted as an

@@ -431,7 +431,7 @@ func (e *Executor) runTool(ctx context.Context, f *flight, release func()) (any,
 	}
 	f.req = &Request{
 		Name: f.tool.Name, CallID: f.res.ToolCallID, Arguments: f.args, Context: f.call.Context,
-		MaxOutputBytes: f.tool.MaxOutputBytes, Caller: f.caller, Catalog: f.call.Catalog, spiller: e.spill,
+		MaxOutputBytes: f.tool.MaxOutputBytes, Caller: f.caller, Catalog: f.call.Catalog, spiller: e.spill, reg: f.st.reg,
 	}
 	return e.invoke(ctx, f.tool, f.series, f.req, timeout, release)
 }

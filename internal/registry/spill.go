@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"sync"
 	"time"
 
@@ -33,6 +34,10 @@ type SpillInfo struct {
 	StoredBytes int64     `json:"storedBytes"`
 	CreatedAt   time.Time `json:"createdAt"`
 	ExpiresAt   time.Time `json:"expiresAt"`
+	// Unreadable says that the call's caller cannot call ReadOnTool (it
+	// is not in its catalog, or not in the call's), so the cut marker
+	// names the HTTP route instead.
+	Unreadable bool `json:"-"`
 }
 
 // SpillStore keeps the full output of cut results, in chunks of
@@ -184,6 +189,8 @@ type SpillSink struct {
 	w      SpillWriter
 	stream string
 	callID string
+	// unreadable: see SpillInfo.Unreadable.
+	unreadable bool
 
 	mu     sync.Mutex
 	buf    []byte
@@ -276,7 +283,7 @@ func (k *SpillSink) Close() (*SpillInfo, error) {
 	if k.stored < k.total && k.s.clipped != nil {
 		k.s.clipped.Inc()
 	}
-	return &SpillInfo{ToolCallID: k.callID, Stream: k.stream, TotalBytes: k.total, StoredBytes: k.stored}, nil
+	return &SpillInfo{ToolCallID: k.callID, Stream: k.stream, TotalBytes: k.total, StoredBytes: k.stored, Unreadable: k.unreadable}, nil
 }
 
 // SpillStream starts the spill of one named stream of this call's output
@@ -287,7 +294,19 @@ func (r *Request) SpillStream(ctx context.Context, stream string) *SpillSink {
 	if r.spiller == nil || r.spiller.store == nil || r.Caller == nil {
 		return nil
 	}
-	return r.spiller.open(ctx, r.Caller.ID, r.CallID, r.Name, stream)
+	k := r.spiller.open(ctx, r.Caller.ID, r.CallID, r.Name, stream)
+	k.unreadable = !r.mayCall(ReadOnTool)
+	return k
+}
+
+// mayCall reports whether the request's caller may call tool name within
+// the request's catalog (true when the request knows no registry).
+func (r *Request) mayCall(name string) bool {
+	if r.reg == nil {
+		return true
+	}
+	t, ok := r.reg.Lookup(name)
+	return ok && r.Caller.Sees(&t.Definition) && (len(r.Catalog) == 0 || containsString(r.Catalog, name))
 }
 
 // CountRest counts a stream that was cut after read: it reads the rest
@@ -331,11 +350,18 @@ func CutMarker(omitted, total int64, toolCallID, stream string, readOffset int64
 	if spill == nil {
 		return m + "; the full output was not kept]"
 	}
-	m += fmt.Sprintf(`; read on with %s {"toolCallId":%q`, ReadOnTool, toolCallID)
-	if stream != SpillStreamOutput {
-		m += fmt.Sprintf(`,"stream":%q`, stream)
+	if spill.Unreadable {
+		m += fmt.Sprintf("; the full output is kept, and the operator can read it with GET /calls/%s/output?offset=%d", url.PathEscape(toolCallID), readOffset)
+		if stream != SpillStreamOutput {
+			m += "&stream=" + url.QueryEscape(stream)
+		}
+	} else {
+		m += fmt.Sprintf(`; read on with %s {"toolCallId":%q`, ReadOnTool, toolCallID)
+		if stream != SpillStreamOutput {
+			m += fmt.Sprintf(`,"stream":%q`, stream)
+		}
+		m += fmt.Sprintf(`,"offset":%d}`, readOffset)
 	}
-	m += fmt.Sprintf(`,"offset":%d}`, readOffset)
 	if spill.StoredBytes < spill.TotalBytes {
 		m += fmt.Sprintf("; only the first %d bytes are kept (the spill limit)", spill.StoredBytes)
 	}
