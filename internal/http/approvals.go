@@ -8,8 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
+	"github.com/toolsvc/toolsvc/internal/http/ui"
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
@@ -39,7 +38,7 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 		wait = min(wait, maxWait)
 	}
 	caller := CallerFrom(r.Context())
-	id := chi.URLParam(r, "toolCallId")
+	id := ui.PathParam(r, "toolCallId")
 	rec, err := st.GetCall(r.Context(), caller.ID, id)
 	if errors.Is(err, registry.ErrNotFound) {
 		return problem(kindNotFound, "no call "+id+" of this caller is recorded (read_only calls are recorded only with \"record\": true)")
@@ -112,7 +111,7 @@ func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	id := chi.URLParam(r, "id")
+	id := ui.PathParam(r, "id")
 	a, err := st.GetApproval(r.Context(), id)
 	caller := CallerFrom(r.Context())
 	if errors.Is(err, registry.ErrNotFound) || (err == nil && !canSeeAll(caller) && a.CallerID != caller.ID) {
@@ -149,7 +148,7 @@ func (s *Server) handleDecide(w http.ResponseWriter, r *http.Request) error {
 	if len(d.Reason) > 1000 {
 		return problem(kindInvalidDecision, "reason is longer than 1000 characters")
 	}
-	id := chi.URLParam(r, "id")
+	id := ui.PathParam(r, "id")
 	_, res, err := s.deps.Executor.Decide(r.Context(), CallerFrom(r.Context()), id, d.Decision, d.Reason)
 	if errors.Is(err, registry.ErrNotFound) || errors.Is(err, registry.ErrNoStore) {
 		return problem(kindNotFound, "no approval request "+id)

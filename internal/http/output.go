@@ -6,8 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/go-chi/chi/v5"
-
+	"github.com/toolsvc/toolsvc/internal/http/ui"
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
@@ -50,7 +49,7 @@ func (s *Server) handleGetOutput(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return problem(kindInvalidParameter, "stream must be output, stdout, stderr or body")
 	}
-	id := chi.URLParam(r, "toolCallId")
+	id := ui.PathParam(r, "toolCallId")
 	caller := CallerFrom(r.Context())
 	first := min(limit, outputPiece)
 	info, data, err := reader.ReadOutput(r.Context(), caller, nil, id, stream, offset, int(first))

@@ -8,8 +8,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/go-chi/chi/v5"
-
+	"github.com/toolsvc/toolsvc/internal/http/ui"
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
@@ -47,7 +46,7 @@ func (s *Server) handleListTools(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) handleGetTool(w http.ResponseWriter, r *http.Request) error {
-	name := chi.URLParam(r, "name")
+	name := ui.PathParam(r, "name")
 	t, ok := s.deps.Executor.Registry().Lookup(name)
 	if !ok || !CallerFrom(r.Context()).Sees(&t.Definition) {
 		return problem(kindNotFound, "no tool named "+name+" in this caller's catalog")

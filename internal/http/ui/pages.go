@@ -102,7 +102,7 @@ func (c *Console) getApproval(w http.ResponseWriter, r *http.Request) (*registry
 		c.storeUnavailable(w, r, registry.ErrNoStore)
 		return nil, false
 	}
-	id := chi.URLParam(r, "id")
+	id := PathParam(r, "id")
 	a, err := st.GetApproval(r.Context(), id)
 	caller := callerOf(r)
 	if errors.Is(err, registry.ErrNotFound) || (err == nil && !seesAll(caller) && a.CallerID != caller.ID) {
@@ -141,7 +141,7 @@ func (c *Console) handleDecide(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "The reason must be valid text of at most 1000 characters.")
 		return
 	}
-	id := chi.URLParam(r, "id")
+	id := PathParam(r, "id")
 	a, _, err := c.o.Executor.Decide(r.Context(), caller, id, v, reason)
 	if errors.Is(err, registry.ErrNotFound) || errors.Is(err, registry.ErrNoStore) {
 		c.fail(w, r, http.StatusNotFound, "There is no approval request "+id+".")
@@ -239,7 +239,7 @@ func (c *Console) handleCall(w http.ResponseWriter, r *http.Request) {
 	if owner == "" || !seesAll(caller) {
 		owner = caller.ID
 	}
-	id := chi.URLParam(r, "toolCallId")
+	id := PathParam(r, "toolCallId")
 	rec, err := st.GetCall(r.Context(), owner, id)
 	if errors.Is(err, registry.ErrNotFound) {
 		c.fail(w, r, http.StatusNotFound, "No call "+id+" of "+owner+" is recorded.")
@@ -352,4 +352,18 @@ func fold(s string) folded {
 		f.Rest = f.Rest[:end]
 	}
 	return f
+}
+
+// PathParam is chi's URL parameter name of r, unescaped. chi matches the
+// escaped path when the request's path has escapes of its own (an id
+// holding "/" sent as %2F), and then hands the parameter over escaped.
+func PathParam(r *http.Request, name string) string {
+	v := chi.URLParam(r, name)
+	if r.URL.RawPath == "" {
+		return v
+	}
+	if u, err := url.PathUnescape(v); err == nil {
+		return u
+	}
+	return v
 }
