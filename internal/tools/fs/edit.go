@@ -108,16 +108,37 @@ func (t *tools) edit(ctx context.Context, req *registry.Request) (any, error) {
 	out = append(out, a.NewText...)
 	out = append(out, content[at[0]+len(old):]...)
 
-	if _, err := f.WriteAt(out, 0); err != nil {
-		return nil, fileError(rel, err)
-	}
-	if err := f.Truncate(int64(len(out))); err != nil {
-		return nil, fileError(rel, err)
+	if failed := rewrite(f, content, out); failed != nil {
+		return nil, failed.toolError(rel)
 	}
 	if err := f.Close(); err != nil {
 		return nil, fileError(rel, err)
 	}
 	return editResult{Path: rel, Line: lines[0], Replaced: 1, Size: int64(len(out))}, nil
+}
+
+// rewrite replaces the content of f, which is old, with out. When out is
+// longer, the space it needs is reserved first, so that running out of it
+// changes nothing; a write that fails anyway puts old back, which fits
+// where it was.
+func rewrite(f *os.File, old, out []byte) *writeFailure {
+	if len(out) > len(old) {
+		if err := reserve(f, int64(len(out))); err != nil {
+			// A failed fallocate may have grown the file.
+			_ = f.Truncate(int64(len(old)))
+			return &writeFailure{err: err, outcome: "was not changed"}
+		}
+	}
+	if _, err := f.WriteAt(out, 0); err != nil {
+		if _, rerr := f.WriteAt(old, 0); rerr == nil && f.Truncate(int64(len(old))) == nil {
+			return &writeFailure{err: err, outcome: "was not changed"}
+		}
+		return &writeFailure{err: err, outcome: "may have been partly written"}
+	}
+	if err := f.Truncate(int64(len(out))); err != nil {
+		return &writeFailure{err: err, outcome: "may have been partly written"}
+	}
+	return nil
 }
 
 // occurrences returns the offsets and line numbers of up to n (possibly

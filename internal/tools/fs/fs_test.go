@@ -469,6 +469,9 @@ func TestWrite(t *testing.T) {
 		{map[string]any{"path": ".", "content": "x"}, registry.CodeInvalidArguments, "root"},
 		{map[string]any{"path": "deep", "content": "x"}, registry.CodeTool, "is a directory"},
 		{map[string]any{"path": "a.txt/b", "content": "x"}, registry.CodeTool, "not a directory"},
+		{map[string]any{"path": "newdir/", "content": "x"}, registry.CodeInvalidArguments, `ends in "/", so it names a directory`},
+		{map[string]any{"path": "newdir/.", "content": "x"}, registry.CodeInvalidArguments, `ends in "/.", so it names a directory`},
+		{map[string]any{"path": "a.txt/", "content": "x"}, registry.CodeInvalidArguments, "names a directory"},
 	}
 	for _, c := range errs {
 		err := e.fail("w", "fs__write", c.args)
@@ -478,6 +481,9 @@ func TestWrite(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(d, "big")); !os.IsNotExist(err) {
 		t.Error("an over-size write created its file")
+	}
+	if _, err := os.Lstat(filepath.Join(d, "newdir")); !os.IsNotExist(err) {
+		t.Error(`a write to "newdir/" created newdir`)
 	}
 	if got, _ := os.ReadFile(filepath.Join(d, "a.txt")); string(got) != "two+three" {
 		t.Errorf("a failed create changed the file: %q", got)

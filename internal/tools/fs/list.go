@@ -33,8 +33,8 @@ type listResult struct {
 
 func (t *tools) listTool() *registry.Tool {
 	desc := fmt.Sprintf(`List the files and directories in a workspace directory, sorted by path, each with its path (relative to the workspace root, ready to pass to the other fs tools), type (file, dir, symlink or other) and size in bytes. %s
-With recursive, sub-directories are listed too (symbolic links are not followed). Returns at most %d entries, fewer when the output limit is reached; truncated and reason say when the listing was cut — then narrow it with a deeper path or a glob.`,
-		pathRules, t.o.MaxListEntries)
+With recursive, sub-directories are listed too, down to %d levels (symbolic links are not followed). Returns at most %d entries, fewer when the output limit is reached; truncated and reason say when the listing was cut — then narrow it with a deeper path or a glob.`,
+		pathRules, maxWalkDepth, t.o.MaxListEntries)
 	schema := fmt.Sprintf(`{
   "type": "object",
   "additionalProperties": false,
@@ -57,11 +57,9 @@ func (t *tools) list(ctx context.Context, req *registry.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	glob, ok := newGlob(a.Glob)
-	if !ok {
-		return nil, &registry.Error{Code: registry.CodeInvalidArguments,
-			Message:    fmt.Sprintf("glob %s is not a valid pattern", quoteShort(a.Glob)),
-			Suggestion: globDescription}
+	glob, err := newGlob(a.Glob)
+	if err != nil {
+		return nil, err
 	}
 	limit := t.o.MaxListEntries
 	if a.MaxEntries > 0 && a.MaxEntries < limit {
@@ -122,6 +120,9 @@ func (t *tools) list(ctx context.Context, req *registry.Request) (any, error) {
 	}
 	if w.full && !res.Truncated {
 		res.Truncated, res.Reason = true, fmt.Sprintf("looked at %d entries without finishing; narrow the listing with a deeper path", t.o.MaxScanEntries)
+	}
+	if w.deep > 0 && !res.Truncated {
+		res.Truncated, res.Reason = true, fmt.Sprintf("%d directories %d levels below %s were not read; list one of them as path to see inside it", w.deep, maxWalkDepth, quoteShort(rel))
 	}
 	res.Count = len(res.Entries)
 	res.Skipped = w.skipped

@@ -107,11 +107,9 @@ func (t *tools) search(ctx context.Context, req *registry.Request) (any, error) 
 			Message:    fmt.Sprintf("pattern %s compiles to %d instructions; the limit is %d", quoteShort(a.Pattern), insts, maxPatternInsts),
 			Suggestion: "Use smaller repetition counts (x{1000} repeats x a thousand times) or a simpler pattern."}
 	}
-	glob, ok := newGlob(a.Glob)
-	if !ok {
-		return nil, &registry.Error{Code: registry.CodeInvalidArguments,
-			Message:    fmt.Sprintf("glob %s is not a valid pattern", quoteShort(a.Glob)),
-			Suggestion: globDescription}
+	glob, err := newGlob(a.Glob)
+	if err != nil {
+		return nil, err
 	}
 	s := &searcher{
 		ctx:      ctx,
@@ -157,6 +155,9 @@ func (t *tools) search(ctx context.Context, req *registry.Request) (any, error) 
 	}
 	if w.full && !s.res.Truncated {
 		s.res.Truncated, s.res.Reason = true, fmt.Sprintf("looked at %d directory entries without finishing; search a deeper path", t.o.MaxScanEntries)
+	}
+	if w.deep > 0 && !s.res.Truncated {
+		s.res.Truncated, s.res.Reason = true, fmt.Sprintf("%d directories %d levels below %s were not searched; search one of them as path to see inside it", w.deep, maxWalkDepth, quoteShort(rel))
 	}
 	s.res.MatchCount = len(s.res.Matches)
 	return s.res, nil

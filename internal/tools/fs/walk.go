@@ -9,16 +9,22 @@ import (
 	"path"
 	"slices"
 	"strings"
-
-	"github.com/bmatcuk/doublestar/v4"
 )
 
 // errStop ends a walk early without an error.
 var errStop = errors.New("stop walking")
 
+// maxWalkDepth is how many levels below its start a walk goes: directories
+// at that depth are visited but not read. Each directory is opened by its
+// path from the workspace root, which os.Root resolves one name at a time,
+// so a walk's cost grows with the square of its depth; a chain of 10,000
+// nested directories kept a listing busy until its deadline.
+const maxWalkDepth = 256
+
 // walker visits a directory tree through an os.Root in sorted, depth-first
-// order, looking at no more than limit entries in all. It never follows
-// symbolic links to directories.
+// order, looking at no more than limit entries in all and going no more
+// than maxWalkDepth levels deep. It never follows symbolic links to
+// directories.
 type walker struct {
 	ctx   context.Context
 	root  *os.Root
@@ -29,6 +35,9 @@ type walker struct {
 	full bool
 	// skipped counts directories that could not be read.
 	skipped int
+	// deep counts directories not read because they lie maxWalkDepth
+	// levels below the start.
+	deep int
 }
 
 // entry is one visited directory entry.
@@ -43,14 +52,17 @@ type entry struct {
 // it descends into sub-directories after visiting them. fn may return
 // errStop to end the walk.
 func (w *walker) walk(dir string, recursive bool, fn func(e entry) error) error {
-	err := w.walkDir(dir, "", recursive, fn)
+	err := w.walkDir(dir, "", 0, recursive, fn)
 	if errors.Is(err, errStop) {
 		return nil
 	}
 	return err
 }
 
-func (w *walker) walkDir(dir, sub string, recursive bool, fn func(e entry) error) error {
+// walkDir visits the entries of dir, which lies depth levels below the
+// start. The context is checked before each entry, so that a walk ends
+// soon after its deadline however large a directory is.
+func (w *walker) walkDir(dir, sub string, depth int, recursive bool, fn func(e entry) error) error {
 	if err := w.ctx.Err(); err != nil {
 		return err
 	}
@@ -63,14 +75,22 @@ func (w *walker) walkDir(dir, sub string, recursive bool, fn func(e entry) error
 		return nil
 	}
 	for _, d := range ents {
+		if err := w.ctx.Err(); err != nil {
+			return err
+		}
 		e := entry{rel: path.Join(dir, d.Name()), sub: path.Join(sub, d.Name()), d: d}
 		if err := fn(e); err != nil {
 			return err
 		}
-		if recursive && d.IsDir() {
-			if err := w.walkDir(e.rel, e.sub, true, fn); err != nil {
-				return err
-			}
+		if !recursive || !d.IsDir() {
+			continue
+		}
+		if depth+1 >= maxWalkDepth {
+			w.deep++
+			continue
+		}
+		if err := w.walkDir(e.rel, e.sub, depth+1, true, fn); err != nil {
+			return err
 		}
 	}
 	if w.full {
@@ -113,36 +133,3 @@ func (w *walker) readDir(dir string) ([]iofs.DirEntry, error) {
 }
 
 func byName(a, b iofs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) }
-
-// globMatcher matches walked paths against a pattern: one with a "/" is
-// matched against the path from the walk's start, one without against the
-// entry's name at any depth.
-type globMatcher struct {
-	pattern string
-	full    bool
-}
-
-func newGlob(pattern string) (*globMatcher, bool) {
-	if pattern == "" {
-		return nil, true
-	}
-	if !doublestar.ValidatePattern(pattern) {
-		return nil, false
-	}
-	return &globMatcher{pattern: pattern, full: strings.Contains(pattern, "/")}, true
-}
-
-func (g *globMatcher) match(e entry) bool {
-	if g == nil {
-		return true
-	}
-	name := e.d.Name()
-	if g.full {
-		name = e.sub
-	}
-	ok, _ := doublestar.Match(g.pattern, name)
-	return ok
-}
-
-// globSchema describes the glob property of fs__list and fs__search.
-const globDescription = `Optional glob that paths must match: "*" matches within a name, "**" any number of directories, "?" one character, "{a,b}" alternatives, "[a-z]" a class. A pattern without "/" matches file names at any depth (e.g. "*.go"); one with "/" matches the path below the listed directory (e.g. "src/**/*_test.go").`

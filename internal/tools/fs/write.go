@@ -8,7 +8,10 @@ import (
 	iofs "io/fs"
 	"os"
 	"path"
+	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
@@ -59,6 +62,13 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 		return nil, &registry.Error{Code: registry.CodeInvalidArguments,
 			Message: "path names the workspace root, which is a directory", Suggestion: `Give a file path such as "notes.txt".`}
 	}
+	// cleanPath drops a final "/" or "/.", which would make "newdir/" a
+	// file named newdir.
+	if tail := a.Path[max(0, strings.LastIndexByte(a.Path, '/')):]; tail == "/" || tail == "/." {
+		return nil, &registry.Error{Code: registry.CodeInvalidArguments,
+			Message:    fmt.Sprintf("path %s ends in %q, so it names a directory; fs__write writes files", quoteShort(a.Path), tail),
+			Suggestion: `Give the path of a file, such as "newdir/notes.txt"; fs__write creates missing directories itself.`}
+	}
 	data := []byte(a.Content)
 	if a.Encoding == "base64" {
 		if data, err = base64.StdEncoding.DecodeString(a.Content); err != nil {
@@ -79,11 +89,7 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 		flags |= os.O_APPEND
 	case "create":
 	default:
-		// The file is not opened with O_TRUNC but cut after the write if
-		// it was longer: on ext4 a truncation to zero makes the kernel
-		// write the old content back first and flush the new on close
-		// (its protection for programs that replace files without
-		// fsync), which cost more than the rest of the call.
+		// Not O_TRUNC: see writeContent.
 		mode = "overwrite"
 	}
 
@@ -104,29 +110,148 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, registry.ToolError(fmt.Sprintf("%s is not a regular file (%s)", quoteShort(rel), fi.Mode().Type()), "Only regular files can be written.")
 	}
-	n, err := f.Write(data)
-	if err != nil {
-		return nil, fileError(rel, err)
-	}
-	// An overwrite or a new file holds what was written (an overwrite of a
-	// longer file is cut to it); an append reads where the file ends now,
-	// after any other writer's appends too.
-	size := int64(n)
-	switch {
-	case mode == "append":
-		if fi, err = f.Stat(); err != nil {
-			return nil, fileError(rel, err)
+	n, size, failed := writeContent(f, fi.Size(), data, mode == "append")
+	if failed != nil {
+		if created {
+			// Nothing of a file this call made is worth keeping.
+			f.Close()
+			if wd.Root.Remove(rel) == nil {
+				failed.outcome = "was not created"
+			}
 		}
-		size = fi.Size()
-	case mode == "overwrite" && fi.Size() > size:
-		if err := f.Truncate(size); err != nil {
-			return nil, fileError(rel, err)
-		}
+		return nil, failed.toolError(rel)
 	}
 	if err := f.Close(); err != nil {
 		return nil, fileError(rel, err)
 	}
 	return writeResult{Path: rel, BytesWritten: n, Size: size, Created: created, Mode: mode}, nil
+}
+
+// writeContent writes data to f, which holds old bytes: at its end with
+// appending, else in their place. It returns the bytes written and the
+// size of the file after. A failure that leaves the file as it was says
+// so: an overwrite that grows a file first reserves the space it needs,
+// so that running out of it changes nothing, and an append (or a write to
+// an empty file) that fails part way is cut back.
+//
+// An overwrite writes in place rather than opening with O_TRUNC: on ext4
+// a truncation to zero makes the kernel write the old content back first
+// and flush the new on close (its protection for programs that replace
+// files without fsync), which cost more than the rest of the call.
+func writeContent(f *os.File, old int64, data []byte, appending bool) (int, int64, *writeFailure) {
+	// Overwriting old bytes takes no new space, except where the new
+	// content goes past them; an empty file has nothing to lose.
+	if !appending && old > 0 && int64(len(data)) > old {
+		if err := reserve(f, int64(len(data))); err != nil {
+			// A failed fallocate may have grown the file (ext4 grows it
+			// as it goes).
+			_ = f.Truncate(old)
+			return 0, 0, &writeFailure{err: err, outcome: "was not changed"}
+		}
+	}
+	n, err := f.Write(data)
+	if err != nil {
+		return 0, 0, &writeFailure{err: err, outcome: undoWrite(f, old, n, appending)}
+	}
+	if appending {
+		// The end may have moved with other writers' appends too.
+		if fi, err := f.Stat(); err == nil {
+			return n, fi.Size(), nil
+		}
+		return n, old + int64(n), nil
+	}
+	if old > int64(n) {
+		if err := f.Truncate(int64(n)); err != nil {
+			return 0, 0, &writeFailure{err: err, outcome: "may have been partly written"}
+		}
+	}
+	return n, int64(n), nil
+}
+
+// undoWrite puts f back to its old size after a write of data that failed
+// having written n bytes, where that leaves the file as it was, and says
+// what became of the file.
+func undoWrite(f *os.File, old int64, n int, appending bool) string {
+	switch {
+	case appending && n == 0:
+		return "was not changed"
+	case appending:
+		// Cut only what this write added: if the file is not old+n
+		// bytes long, another writer appended too.
+		if fi, err := f.Stat(); err == nil && fi.Size() == old+int64(n) && f.Truncate(old) == nil {
+			return "was not changed"
+		}
+		return "may have been partly appended to"
+	case n == 0 || old == 0:
+		// Nothing overwritten (the reservation may have grown the file),
+		// or nothing there to overwrite.
+		if f.Truncate(old) == nil {
+			return "was not changed"
+		}
+	}
+	return "may have been partly written"
+}
+
+// reserve allocates the first size bytes of f, growing it to size,
+// before they are overwritten in place, so that a file system without
+// room for them fails the call before anything is changed. Where the file
+// system cannot reserve space it does nothing, and the write goes ahead
+// as it would have without (and may fail part way). On ext4 it costs a
+// block allocation that writes would otherwise delay, so it is used only
+// where old content is at stake.
+func reserve(f *os.File, size int64) error {
+	if size == 0 {
+		return nil
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	err = rc.Control(func(fd uintptr) {
+		// tmpfs gives up a large allocation when a signal arrives, and
+		// the Go runtime sends them to preempt goroutines.
+		for range 100 {
+			if ferr = unix.Fallocate(int(fd), 0, 0, size); ferr != unix.EINTR {
+				return
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return err
+	case errors.Is(ferr, unix.EOPNOTSUPP), errors.Is(ferr, unix.ENOSYS):
+		return nil
+	}
+	return ferr
+}
+
+// writeFailure is a failed write and what became of the file.
+type writeFailure struct {
+	err     error
+	outcome string // "was not changed", "may have been partly written", …
+}
+
+// toolError tells a model why the write failed and whether the file is
+// as it was.
+func (w *writeFailure) toolError(rel string) *registry.Error {
+	q := quoteShort(rel)
+	var why, hint string
+	switch {
+	case errors.Is(w.err, syscall.ENOSPC):
+		why, hint = "the workspace is out of space", "Delete files you no longer need, or write less."
+	case errors.Is(w.err, syscall.EDQUOT):
+		why, hint = "the workspace's disk quota is used up", "Delete files you no longer need, or write less."
+	case errors.Is(w.err, syscall.EFBIG):
+		why, hint = q+" would be larger than the service may make a file", "Write a smaller file."
+	default:
+		e := registry.AsError(fileError(rel, w.err))
+		why, hint = e.Message, e.Suggestion
+	}
+	if w.outcome != "was not changed" && w.outcome != "was not created" {
+		hint = strings.TrimSpace(hint + " Check the file with fs__stat or fs__read, and write it again whole with mode \"overwrite\".")
+	}
+	return registry.ToolError(fmt.Sprintf("%s, so %s %s", why, q, w.outcome), hint)
 }
 
 // openForWrite opens rel beneath root for writing with flags. A file that
