@@ -18,12 +18,12 @@ type OutputReader interface {
 
 // The most and the default bytes one GET /calls/{id}/output returns, and
 // the most it holds in memory at once: a range is read from the store and
-// written out piece by piece, so a client that reads slowly holds one
-// piece, not its whole range.
+// written out piece by piece, a chunk of the store's at a time, so a
+// client that reads slowly holds one chunk, not its whole range.
 const (
 	maxOutputRead     = 16 << 20
 	defaultOutputRead = 1 << 20
-	outputPiece       = 1 << 20
+	outputPiece       = registry.SpillChunkBytes
 )
 
 // handleGetOutput serves a range of the kept full output of a cut call of
