@@ -210,6 +210,15 @@ func (t *TokenIdentity) Token(ctx context.Context, token string) (*registry.Call
 	if !slices.Contains(idt.Audience, is.Audience) {
 		return nil, refuse("the token is not meant for this service (aud)", fmt.Errorf("aud %v", idt.Audience))
 	}
+	for _, k := range []string{"exp", "nbf", "iat"} {
+		// A NumericDate is a JSON number (RFC 7519, section 2); a string
+		// is read by some libraries and ignored by others.
+		if v, ok := claims[k]; ok {
+			if _, num := v.(float64); !num {
+				return nil, refuse("the token's "+k+" is not a number (RFC 7519 NumericDate)", fmt.Errorf("%s %v", k, v))
+			}
+		}
+	}
 	now := t.o.Now()
 	if idt.Expiry.IsZero() {
 		return nil, refuse("the token has no exp", nil)

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -211,6 +212,10 @@ func TestJWTCallers(t *testing.T) {
 		{"unknown kid", sign(t, k9, "k9", p.claims("alice", nil)), "signature could not be verified"},
 		{"wrong key, known kid", sign(t, k9, "k1", p.claims("alice", nil)), "signature could not be verified"},
 		{"not yet valid", sign(t, k1, "k1", p.claims("alice", map[string]any{"nbf": time.Now().Add(time.Hour).Unix()})), "not valid yet"},
+		// NumericDates are numbers: a string was read for exp and ignored for nbf.
+		{"nbf a string", sign(t, k1, "k1", p.claims("alice", map[string]any{"nbf": strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)})), "nbf is not a number"},
+		{"exp a string", sign(t, k1, "k1", p.claims("alice", map[string]any{"exp": "9999999999"})), "exp is not a number"},
+		{"iat a string", sign(t, k1, "k1", p.claims("alice", map[string]any{"iat": "1"})), "iat is not a number"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do("GET", "/tools", nil, bearerHeader(tc.token), true)
