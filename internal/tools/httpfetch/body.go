@@ -11,8 +11,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	htmltomarkdown "github.com/JohannesKaufmann/html-to-markdown/v2"
-	"github.com/JohannesKaufmann/html-to-markdown/v2/converter"
 	"golang.org/x/net/html/charset"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -117,8 +115,10 @@ func classify(contentType string, data []byte) bodyKind {
 	return kindBinary
 }
 
-// render sets out.Format and out.Body from the body bytes.
-func render(ctx context.Context, out *output, data []byte, contentEncoding, format string) {
+// render sets out.Format and out.Body from the body bytes. ctx is the
+// request's, which its timeoutMs bounds; htmlLimit bounds the HTML that is
+// converted to Markdown (see convertLimit).
+func render(ctx context.Context, out *output, data []byte, contentEncoding, format string, htmlLimit int) {
 	if ce := strings.ToLower(strings.TrimSpace(contentEncoding)); ce != "" && ce != "identity" {
 		// The transport decodes gzip itself and removes the header, so
 		// anything left is an encoding the tool does not decode.
@@ -145,22 +145,48 @@ func render(ctx context.Context, out *output, data []byte, contentEncoding, form
 			out.Format, out.Body = "json", json.RawMessage(data)
 			return
 		}
-		if out.Truncated {
+		switch {
+		case out.Truncated:
 			out.addNote("the JSON body was truncated, so it is returned as text")
-		} else {
+		case jsonDepth(data) > maxJSONDepth:
+			out.addNote(fmt.Sprintf("the JSON body nests deeper than %d levels, more than the JSON parser accepts, so it is returned as text", maxJSONDepth))
+		default:
 			out.addNote("the body is not valid JSON, so it is returned as text")
 		}
 	}
 	text := decodeText(data, out.ContentType)
 	if kind == kindHTML && (format == "auto" || format == "markdown") {
-		md, err := htmltomarkdown.ConvertString(text, converter.WithDomain(out.FinalURL), converter.WithContext(ctx))
-		if err == nil {
+		if md, ok := convertHTML(ctx, out, text, htmlLimit); ok {
 			out.Format, out.Body = "markdown", md
 			return
 		}
-		out.addNote("HTML could not be converted to Markdown (" + err.Error() + "); it is returned as text")
 	}
 	out.Format, out.Body = "text", text
+}
+
+// maxJSONDepth is how deeply encoding/json lets arrays and objects nest.
+const maxJSONDepth = 10000
+
+// jsonDepth returns how deeply the arrays and objects of data nest.
+func jsonDepth(data []byte) int {
+	depth, deepest, inString, escaped := 0, 0, false, false
+	for _, c := range data {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			escaped = c == '\\'
+			inString = c != '"'
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
 }
 
 func orUnknown(s string) string {

@@ -273,7 +273,7 @@ func (f *fetcher) run(ctx context.Context, method string, req *registry.Request)
 		out.addNote(fmt.Sprintf("reading the body stopped after %d bytes: %s", len(data), msg))
 	}
 	out.Bytes = len(data)
-	render(ctx, out, data, resp.Header.Get("Content-Encoding"), format)
+	render(rctx, out, data, resp.Header.Get("Content-Encoding"), format, convertLimit(req.MaxOutputBytes))
 	out.fit(req.MaxOutputBytes)
 	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -195,7 +196,7 @@ func (c *conn) transport() (mcp.Transport, func(), error) {
 			Transport:     &headerTransport{base: c.m.o.Transport, headers: s.headers, prop: c.m.o.Propagator},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
-		return &mcp.StreamableClientTransport{Endpoint: s.url, HTTPClient: client}, func() {}, nil
+		return &mcp.StreamableClientTransport{Endpoint: s.url, HTTPClient: client, MaxEventSize: maxAnswerBytes}, func() {}, nil
 	}
 	cmd := exec.Command(s.command, s.args...)
 	cmd.Env = append([]string{"PATH=" + sandbox.DefaultPath}, s.env...)
@@ -369,6 +370,11 @@ func (c *conn) call(ctx context.Context, remote string, req *registry.Request) (
 		if !errors.As(err, &rpc) {
 			poke(c.broken) // not an answer from the server: check the connection
 		}
+		if tooLarge(err) {
+			return nil, &registry.Error{Code: registry.CodeTool,
+				Message:    fmt.Sprintf("MCP server %s: %v, the most toolsvc reads", c.srv.name, errAnswerTooLarge),
+				Suggestion: "Ask the tool for less: narrower arguments or fewer results."}
+		}
 		return nil, &registry.Error{Code: registry.CodeTool, Message: registry.RedactURLs(fmt.Sprintf("MCP server %s: %v", c.srv.name, err))}
 	}
 	return resultOutput(res)
@@ -388,7 +394,75 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		r.Header.Set(k, v)
 	}
 	t.prop.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
-	return t.base.RoundTrip(r)
+	resp, err := t.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	// The SDK reads a JSON answer, and the body of a failed request, whole
+	// (io.ReadAll): those are cut at maxAnswerBytes. An event stream it
+	// reads an event at a time, each bounded by MaxEventSize; the stream
+	// itself may last as long as the session.
+	left := int64(maxAnswerBytes)
+	if resp.StatusCode/100 == 2 && mediaType(resp.Header.Get("Content-Type")) == "text/event-stream" {
+		left = -1
+	}
+	resp.Body = &boundedBody{ctx: r.Context(), body: resp.Body, left: left}
+	return resp, nil
+}
+
+// maxAnswerBytes bounds one message from an MCP server: the SDK's bound on
+// a stdio frame (which CommandTransport applies), applied here to every
+// answer and event over HTTP too.
+const maxAnswerBytes = mcp.DefaultMaxLineLength
+
+// errAnswerTooLarge is what reading an answer past maxAnswerBytes returns.
+var errAnswerTooLarge = fmt.Errorf("the MCP server's answer is larger than %d MiB", maxAnswerBytes>>20)
+
+// boundedBody is a response body that fails once more than left bytes
+// have been read (left < 0: no bound), or once the request's context has
+// ended: the request is the call's, so a read never outlasts the call,
+// whatever transport carries it.
+type boundedBody struct {
+	ctx  context.Context
+	body io.ReadCloser
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if err := b.ctx.Err(); err != nil {
+		return 0, err
+	}
+	if b.left < 0 {
+		return b.body.Read(p)
+	}
+	if b.left == 0 {
+		// One byte more tells a body that ends here from a longer one.
+		var one [1]byte
+		n, err := b.body.Read(one[:])
+		if n > 0 {
+			return 0, errAnswerTooLarge
+		}
+		return 0, err
+	}
+	n, err := b.body.Read(p[:min(int64(len(p)), b.left)])
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *boundedBody) Close() error { return b.body.Close() }
+
+// tooLarge reports whether err says an answer was larger than
+// maxAnswerBytes: the SDK passes on the body's error, and reports its own
+// bounds on an event and on a stdio frame, as text only.
+func tooLarge(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, errAnswerTooLarge.Error()) || strings.Contains(s, "SSE event exceeded") ||
+		strings.Contains(s, "frame exceeded the configured maximum line length")
+}
+
+func mediaType(contentType string) string {
+	mt, _, _ := strings.Cut(contentType, ";")
+	return strings.ToLower(strings.TrimSpace(mt))
 }
 
 // lineLogger logs what a stdio server writes to stderr, a line at a time,

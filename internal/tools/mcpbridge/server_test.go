@@ -15,6 +15,9 @@ import (
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "mcp-stdio-server" {
 		srv := newTestServer(func() { os.Exit(3) })
+		if len(os.Args) > 2 && os.Args[2] == "huge" {
+			addHugeTool(srv)
+		}
 		if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 			fmt.Fprintln(os.Stderr, "mcp test server:", err)
 			os.Exit(1)

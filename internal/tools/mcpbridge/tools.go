@@ -1,15 +1,18 @@
 package mcpbridge
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
@@ -65,11 +68,155 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 // probe reports what the registry would refuse of tool, which must not
 // break the whole registry: it tries the tool alone (on a copy, which
 // registration changes). Its parameters and output schemas are compiled
-// as every custom tool's are.
+// as every custom tool's are, and refused when their $refs go round in a
+// cycle.
 func probe(tool *registry.Tool) error {
+	if err := refCycle("parameters", tool.Parameters); err != nil {
+		return err
+	}
+	if err := refCycle("output", tool.OutputSchema); err != nil {
+		return err
+	}
 	p := *tool
 	_, err := registry.New(registry.Defaults{}, &p)
 	return err
+}
+
+// refCycle reports a schema in which a $ref leads, directly or through
+// others (and allOf, anyOf, oneOf, not, if/then/else, dependentSchemas,
+// which apply to the same value), back to itself without descending into
+// a member or an item. The compiler accepts it, but validating any value
+// that reaches it fails ("causing reference cycle"), which would blame
+// the arguments of every call. A schema that does not compile is left to
+// the registry, which says why.
+func refCycle(what string, raw json.RawMessage) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil
+	}
+	const url = "toolsvc:///schema.json"
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(noLoader{})
+	if c.AddResource(url, doc) != nil {
+		return nil
+	}
+	root, err := c.Compile(url)
+	if err != nil {
+		return nil
+	}
+	if cycle := findRefCycle(root); cycle != nil {
+		locs := make([]string, len(cycle))
+		for i, s := range cycle {
+			_, frag, _ := strings.Cut(s.Location, "#")
+			locs[i] = "#" + frag
+		}
+		return fmt.Errorf("%s schema: its $refs go round in a cycle (%s) without descending into a value, so no value could be validated against it", what, strings.Join(locs, " → "))
+	}
+	return nil
+}
+
+// noLoader loads no external schema.
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("external $ref %q is not loaded", url)
+}
+
+// findRefCycle returns the schemas of a cycle of in-place references
+// reachable from root (the first one repeated at the end), or nil.
+func findRefCycle(root *jsonschema.Schema) []*jsonschema.Schema {
+	// Every schema reachable from root, in the order found.
+	all := []*jsonschema.Schema{root}
+	seen := map[*jsonschema.Schema]bool{root: true}
+	for i := 0; i < len(all); i++ {
+		for _, next := range append(inPlace(all[i]), below(all[i])...) {
+			if !seen[next] {
+				seen[next] = true
+				all = append(all, next)
+			}
+		}
+	}
+	// A depth-first search along in-place references only: one that
+	// meets a schema on its own path has found a cycle.
+	const (
+		visiting = 1
+		done     = 2
+	)
+	state := map[*jsonschema.Schema]int{}
+	var path []*jsonschema.Schema
+	var visit func(s *jsonschema.Schema) []*jsonschema.Schema
+	visit = func(s *jsonschema.Schema) []*jsonschema.Schema {
+		switch state[s] {
+		case visiting:
+			i := slices.Index(path, s)
+			return append(slices.Clone(path[i:]), s)
+		case done:
+			return nil
+		}
+		state[s] = visiting
+		path = append(path, s)
+		for _, next := range inPlace(s) {
+			if cycle := visit(next); cycle != nil {
+				return cycle
+			}
+		}
+		path = path[:len(path)-1]
+		state[s] = done
+		return nil
+	}
+	for _, s := range all {
+		if cycle := visit(s); cycle != nil {
+			return cycle
+		}
+	}
+	return nil
+}
+
+// inPlace returns the schemas that s applies to the value it validates.
+func inPlace(s *jsonschema.Schema) []*jsonschema.Schema {
+	out := []*jsonschema.Schema{s.Ref, s.RecursiveRef, s.Not, s.If, s.Then, s.Else}
+	if s.DynamicRef != nil {
+		out = append(out, s.DynamicRef.Ref)
+	}
+	out = append(out, s.AllOf...)
+	out = append(out, s.AnyOf...)
+	out = append(out, s.OneOf...)
+	for _, k := range slices.Sorted(maps.Keys(s.DependentSchemas)) {
+		out = append(out, s.DependentSchemas[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Dependencies)) {
+		if d, ok := s.Dependencies[k].(*jsonschema.Schema); ok {
+			out = append(out, d)
+		}
+	}
+	return slices.DeleteFunc(out, func(s *jsonschema.Schema) bool { return s == nil })
+}
+
+// below returns the schemas that s applies to the members and items of
+// the value it validates.
+func below(s *jsonschema.Schema) []*jsonschema.Schema {
+	out := []*jsonschema.Schema{s.PropertyNames, s.UnevaluatedProperties, s.Contains, s.Items2020, s.UnevaluatedItems, s.ContentSchema}
+	for _, k := range slices.Sorted(maps.Keys(s.Properties)) {
+		out = append(out, s.Properties[k])
+	}
+	patterns := slices.SortedFunc(maps.Keys(s.PatternProperties), func(a, b jsonschema.Regexp) int { return strings.Compare(a.String(), b.String()) })
+	for _, p := range patterns {
+		out = append(out, s.PatternProperties[p])
+	}
+	out = append(out, s.PrefixItems...)
+	for _, v := range []any{s.AdditionalProperties, s.Items, s.AdditionalItems} {
+		switch v := v.(type) {
+		case *jsonschema.Schema:
+			out = append(out, v)
+		case []*jsonschema.Schema:
+			out = append(out, v...)
+		}
+	}
+	return slices.DeleteFunc(out, func(s *jsonschema.Schema) bool { return s == nil })
 }
 
 func included(s *Spec, name string) bool {
