@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -140,7 +141,13 @@ func (s *Server) handleDecide(w http.ResponseWriter, r *http.Request) error {
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
-		return problem(kindInvalidDecision, `send {"decision": "approve" | "deny", "reason": "..."}: `+err.Error())
+		why := shapeError(err)
+		if m := unknownMember(err); m != "" {
+			why = fmt.Sprintf("it has a member %q; a decision has only decision and reason", m)
+		} else if strings.Contains(why, "Go ") {
+			why = "a decision must be a JSON object"
+		}
+		return problem(kindInvalidDecision, `send {"decision": "approve" | "deny", "reason": "..."}: `+why)
 	}
 	if d.Decision != registry.VerdictApprove && d.Decision != registry.VerdictDeny {
 		return problem(kindInvalidDecision, `decision must be "approve" or "deny"`)

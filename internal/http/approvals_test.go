@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -45,5 +46,33 @@ func TestApprovedRunWhoseRecordIsHeld(t *testing.T) {
 	r.json(t, &out)
 	if r.status != 200 || out.Status != registry.StatusOK || !out.RecordPending || r.header.Get(RecordHeader) != "pending" {
 		t.Errorf("approve while the result cannot be recorded: %d %s, %s %q", r.status, r.body, RecordHeader, r.header.Get(RecordHeader))
+	}
+}
+
+// A decision that cannot be read says what is wrong in JSON's words.
+func TestDecisionProblems(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
+	r, res := e.call("/calls", `{"toolName":"test__priv","toolCallId":"dec_p","arguments":{"n":1}}`)
+	if r.status != 202 || res.Approval == nil {
+		t.Fatalf("privileged call: %d %s", r.status, r.body)
+	}
+	for body, want := range map[string]string{
+		`[]`:                                "a decision must be a JSON object",
+		`"approve"`:                         "a decision must be a JSON object",
+		`{"decision":1}`:                    "decision must be a string, not number",
+		`{"decision":"approve","why":"ok"}`: `it has a member "why"`,
+		`{"decision":"maybe"}`:              `decision must be "approve" or "deny"`,
+	} {
+		r := e.do("POST", "/approvals/"+res.Approval.ID, []byte(body), jsonCT, false)
+		var p Problem
+		r.json(t, &p)
+		if r.status != 400 || p.Code != "invalid_decision" || !strings.Contains(p.Detail, want) || strings.Contains(p.Detail, "Go ") {
+			t.Errorf("%s: %d %s, want %q", body, r.status, r.body, want)
+		}
 	}
 }
