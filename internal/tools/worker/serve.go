@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -55,22 +56,28 @@ func Serve(args []string, tools []*registry.Tool, in io.Reader, out io.Writer) e
 		if err != nil {
 			return fmt.Errorf("worker: reading a request: %w", err)
 		}
-		res := serveOne(byName, b)
-		msg, err := json.Marshal(res)
-		if err != nil {
-			msg, _ = json.Marshal(response{Failure: "encoding the output: " + err.Error()})
-		}
+		msg := answer(byName, b)
 		if err := writeFrame(w, msg); err != nil {
 			return err
 		}
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		res, msg = nil, nil
+		msg = nil
 		if heap.held() > releaseAbove {
 			debug.FreeOSMemory()
 		}
 	}
+}
+
+// answer runs one request and encodes its response.
+func answer(byName map[string]registry.Handler, b []byte) []byte {
+	msg, err := json.Marshal(serveOne(byName, b))
+	if err != nil {
+		// The output was encoded, but reads back deeper than json allows.
+		msg, _ = json.Marshal(response{Error: unencodable(err)})
+	}
+	return msg
 }
 
 // serveOne runs one request; a panic in the handler is its failure, not
@@ -116,10 +123,25 @@ func serveOne(byName map[string]registry.Handler, b []byte) (res *response) {
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		return &response{Failure: "encoding the output: " + err.Error()}
+		return &response{Error: unencodable(err)}
 	}
 	_, isString := v.(string)
 	return &response{Output: bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), String: isString}
+}
+
+// unencodable says why an output cannot be written as JSON, in the terms
+// of what the tool produced rather than of Go's encoder.
+func unencodable(err error) *registry.Error {
+	var uv *json.UnsupportedValueError
+	msg := "the output cannot be written as JSON"
+	switch {
+	case errors.As(err, &uv):
+		msg = "the output holds a number JSON cannot represent (" + uv.Str + ")"
+	case strings.Contains(err.Error(), "exceeded max depth"):
+		msg = "the output nests deeper than JSON output allows (10000 levels)"
+	}
+	return &registry.Error{Code: registry.CodeTool, Message: msg,
+		Suggestion: "Change the program so that its result is plain JSON: finite numbers, nested at most a few thousand levels."}
 }
 
 // releaseAbove is how much heap a worker may keep between calls: above it,
