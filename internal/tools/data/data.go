@@ -396,7 +396,12 @@ func parseYAML(text string, c *collector) error {
 			return nil
 		}
 		if err != nil {
-			return registry.ToolError(fmt.Sprintf("yaml document %d: %s", doc, strings.TrimPrefix(err.Error(), "yaml: ")),
+			msg := strings.TrimPrefix(err.Error(), "yaml: ")
+			if strings.Contains(msg, "invalid map key") {
+				// The decoder names the key's Go type.
+				msg = "a mapping key is a sequence or a mapping (a complex key such as \"? [a, b]\"), which a JSON object cannot have"
+			}
+			return registry.ToolError(fmt.Sprintf("yaml document %d: %s", doc, msg),
 				"Fix the YAML at that line: check indentation (spaces, not tabs), quoting and that every mapping key appears once.")
 		}
 		if err := c.add(jsonValue(v)); err != nil {

@@ -139,6 +139,7 @@ func TestParseErrors(t *testing.T) {
 		{"jsonl two values on a line", map[string]any{"format": "jsonl", "text": "1 2\n"}, registry.CodeTool, []string{"jsonl: line 1"}},
 		{"yaml syntax", map[string]any{"format": "yaml", "text": "a: 1\nb: [1,\n c: 2\n"}, registry.CodeTool, []string{"yaml document 1", "line "}},
 		{"yaml duplicate key", map[string]any{"format": "yaml", "text": "x: 1\n---\ny: 1\ny: 2\n"}, registry.CodeTool, []string{"yaml document 2", "line 4", `"y" already defined`}},
+		{"yaml complex key", map[string]any{"format": "yaml", "text": "? [a, b]\n: 1\n"}, registry.CodeTool, []string{"yaml document 1", "mapping key is a sequence or a mapping"}},
 		{"input too large", map[string]any{"format": "csv", "text": strings.Repeat("é", 600)}, registry.CodeInvalidArguments, []string{"1200 bytes", "limit is 1000"}},
 		{"delimiter for yaml", map[string]any{"format": "yaml", "text": "a: 1", "delimiter": ";"}, registry.CodeInvalidArguments, []string{"csv only"}},
 		{"header for jsonl", map[string]any{"format": "jsonl", "text": "1", "header": true}, registry.CodeInvalidArguments, []string{"csv and tsv only"}},
