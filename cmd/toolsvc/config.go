@@ -90,6 +90,9 @@ type Config struct {
 	// none. SpillRetention is how long it is kept.
 	SpillMaxBytes  int64         `env:"TOOLSVC_SPILL_MAX_BYTES" envDefault:"67108864" desc:"most bytes of one cut output stream kept for reading on (result__read, GET /calls/{id}/output); 0 keeps none"`
 	SpillRetention time.Duration `env:"TOOLSVC_SPILL_RETENTION" envDefault:"1h" desc:"how long kept outputs can be read"`
+	// SpillTotalBytes bounds the kept outputs of all calls together, so
+	// that callers cutting output in a loop cannot fill the store's disk.
+	SpillTotalBytes int64 `env:"TOOLSVC_SPILL_TOTAL_BYTES" envDefault:"1073741824" desc:"most bytes of cut outputs kept in all (a stream started when they are reached keeps none until some expire); 0 is no bound"`
 	// OutputHeadPercent is the share of a process stream's limit that keeps
 	// its beginning (1-100); the rest keeps its end.
 	OutputHeadPercent int `env:"TOOLSVC_OUTPUT_HEAD_PERCENT" envDefault:"50" desc:"share of a cut process stream kept from its beginning; the rest is kept from its end"`

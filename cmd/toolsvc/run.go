@@ -622,7 +622,7 @@ func registerCommitStats(reg prometheus.Registerer, stats func() (txs, writes ui
 // newSpiller keeps cut outputs in ss (the store's spill tables), each
 // operation under TOOLSVC_STORE_TIMEOUT; nil ss keeps none.
 func newSpiller(cfg Config, ss registry.SpillStore, log *slog.Logger, reg prometheus.Registerer) (*registry.Spiller, error) {
-	o := registry.SpillOptions{MaxBytes: cfg.SpillMaxBytes, Retention: cfg.SpillRetention, HeadPercent: cfg.OutputHeadPercent, Logger: log}
+	o := registry.SpillOptions{MaxBytes: cfg.SpillMaxBytes, TotalBytes: cfg.SpillTotalBytes, Retention: cfg.SpillRetention, HeadPercent: cfg.OutputHeadPercent, Logger: log}
 	if cfg.SpillMaxBytes > 0 {
 		if ss == nil {
 			return nil, fmt.Errorf("the store cannot keep cut outputs; set TOOLSVC_SPILL_MAX_BYTES=0")

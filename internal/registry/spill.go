@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,6 +77,10 @@ type SpillOptions struct {
 	// MaxBytes bounds what one stream keeps; the rest is counted only.
 	// 0 means 64 MiB.
 	MaxBytes int64
+	// TotalBytes bounds what the store holds of all spills: a stream
+	// keeps at most what is left of it when the stream starts, and none
+	// once it is used up, until spills expire. 0 means no bound.
+	TotalBytes int64
 	// Retention is how long a spill is kept; 0 means 1 hour.
 	Retention time.Duration
 	// HeadPercent is the share of a process stream's limit given to its
@@ -100,12 +105,25 @@ type Spiller struct {
 	written   prometheus.Counter
 	clipped   prometheus.Counter
 	failed    prometheus.Counter
+
+	// total is SpillOptions.TotalBytes. held is what the store held when
+	// last asked (at most once a second, at heldAt), plus what spills
+	// committed since; granted is what open streams may still write.
+	total   int64
+	held    atomic.Int64
+	heldAt  atomic.Int64
+	granted atomic.Int64
+	heldMu  sync.Mutex
 }
+
+// errSpillFull is the failure of a stream started when the spills held
+// already reach SpillOptions.TotalBytes.
+var errSpillFull = errors.New("the spill store holds its limit of kept outputs (TOOLSVC_SPILL_TOTAL_BYTES)")
 
 // NewSpiller returns a spiller over o.Store.
 func NewSpiller(o SpillOptions) *Spiller {
 	s := &Spiller{store: o.Store, max: cmp.Or(o.MaxBytes, 64<<20), retention: cmp.Or(o.Retention, time.Hour),
-		head: cmp.Or(o.HeadPercent, 50), log: cmp.Or(o.Logger, slog.New(slog.DiscardHandler)), now: o.Now}
+		head: cmp.Or(o.HeadPercent, 50), log: cmp.Or(o.Logger, slog.New(slog.DiscardHandler)), now: o.Now, total: o.TotalBytes}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -170,14 +188,48 @@ func (s *Spiller) Sweep(ctx context.Context, interval time.Duration) {
 
 // open starts a spill of one stream of a call.
 func (s *Spiller) open(ctx context.Context, callerID, toolCallID, toolName, stream string) *SpillSink {
+	grant := s.max
+	if s.total > 0 {
+		grant = min(grant, s.total-s.heldBytes(ctx)-s.granted.Load())
+		if grant <= 0 {
+			// Not logged per stream: the metric and the marker say it.
+			if s.failed != nil {
+				s.failed.Inc()
+			}
+			return &SpillSink{s: s, ctx: ctx, err: errSpillFull, stream: stream, callID: toolCallID}
+		}
+		s.granted.Add(grant)
+	}
 	now := s.now()
 	w, err := s.store.CreateSpill(ctx, &SpillInfo{CallerID: callerID, ToolCallID: toolCallID, ToolName: toolName,
 		Stream: stream, CreatedAt: now, ExpiresAt: now.Add(s.retention)})
-	k := &SpillSink{s: s, ctx: ctx, w: w, err: err, stream: stream, callID: toolCallID}
+	k := &SpillSink{s: s, ctx: ctx, w: w, err: err, stream: stream, callID: toolCallID, limit: grant}
 	if err != nil {
 		k.fail(err)
 	}
 	return k
+}
+
+// heldBytes is what the store holds of all spills, asked at most once a
+// second (with what committed since added), so that starting a stream
+// costs no query of its own.
+func (s *Spiller) heldBytes(ctx context.Context) int64 {
+	if time.Since(time.Unix(0, s.heldAt.Load())) < time.Second {
+		return s.held.Load()
+	}
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if time.Since(time.Unix(0, s.heldAt.Load())) >= time.Second {
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		n, err := s.store.SpillBytes(qctx)
+		cancel()
+		if err == nil {
+			s.held.Store(n)
+		}
+		// A failed count keeps the last one; the next try is in a second.
+		s.heldAt.Store(time.Now().UnixNano())
+	}
+	return s.held.Load()
 }
 
 // SpillSink streams one output stream into the spill store in chunks,
@@ -191,6 +243,9 @@ type SpillSink struct {
 	callID string
 	// unreadable: see SpillInfo.Unreadable.
 	unreadable bool
+	// limit is what the stream may keep: the spill limit, or what was
+	// left of the total when it started (then also Spiller.granted's).
+	limit int64
 
 	mu     sync.Mutex
 	buf    []byte
@@ -210,7 +265,7 @@ func (k *SpillSink) Write(p []byte) (int, error) {
 	if k.err != nil || k.done {
 		return len(p), nil
 	}
-	room := k.s.max - k.stored - int64(len(k.buf))
+	room := k.limit - k.stored - int64(len(k.buf))
 	q := p[:min(int64(len(p)), max(room, 0))]
 	for len(q) > 0 {
 		if k.buf == nil {
@@ -265,6 +320,15 @@ func (k *SpillSink) Close() (*SpillInfo, error) {
 		return nil, errors.New("spill closed twice")
 	}
 	k.done = true
+	if k.s.total > 0 && k.limit > 0 {
+		defer func() {
+			// The store now holds what the stream kept, until the next count.
+			k.s.granted.Add(-k.limit)
+			if k.err == nil {
+				k.s.held.Add(k.stored)
+			}
+		}()
+	}
 	if k.err == nil {
 		k.flush()
 	}
