@@ -230,7 +230,7 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 	if err := hopts.Validate(); err != nil {
 		return nil, fmt.Errorf("http tools: %w", err)
 	}
-	ws, err := workspace.New(cfg.Workspace)
+	ws, err := workspace.New(cfg.Workspace, workspace.Options{Reserve: int64(cfg.WorkspaceReserve)})
 	if err != nil {
 		return nil, err
 	}

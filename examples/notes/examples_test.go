@@ -39,7 +39,7 @@ func executor(t *testing.T, dir string, mode sandbox.Mode) (*registry.Executor, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws, err := workspace.New(t.TempDir())
+	ws, err := workspace.New(t.TempDir(), workspace.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

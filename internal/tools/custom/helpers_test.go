@@ -97,7 +97,7 @@ func newFixture(t testing.TB, mode sandbox.Mode) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws, err := workspace.New(t.TempDir())
+	ws, err := workspace.New(t.TempDir(), workspace.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

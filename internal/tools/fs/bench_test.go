@@ -13,7 +13,7 @@ import (
 )
 
 func benchTools(b *testing.B) (*tools, string) {
-	ws, err := workspace.New(b.TempDir())
+	ws, err := workspace.New(b.TempDir(), workspace.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

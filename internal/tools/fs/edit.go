@@ -108,6 +108,11 @@ func (t *tools) edit(ctx context.Context, req *registry.Request) (any, error) {
 	out = append(out, a.NewText...)
 	out = append(out, content[at[0]+len(old):]...)
 
+	if grow := len(out) - len(content); grow > 0 {
+		if err := noRoom(t.o.Workspace.Room(int64(grow))); err != nil {
+			return nil, err
+		}
+	}
 	if failed := rewrite(f, content, out); failed != nil {
 		return nil, failed.toolError(rel)
 	}

@@ -151,6 +151,9 @@ func (t *tools) openDir(req *registry.Request) (*workspace.Dir, error) {
 		owner = workspace.OwnerOf(req.Caller.ID, req.Caller.Workspace)
 	}
 	dir, err := t.o.Workspace.Open(owner, req.Context.InstanceKey)
+	if err := noRoom(err); err != nil {
+		return nil, err
+	}
 	if errors.Is(err, workspace.ErrLink) {
 		return nil, registry.ToolError("the workspace of this instanceKey cannot be opened: "+err.Error(),
 			"Use another instanceKey; a symbolic link where a workspace directory belongs is never followed.")
@@ -159,6 +162,17 @@ func (t *tools) openDir(req *registry.Request) (*workspace.Dir, error) {
 		return nil, fmt.Errorf("cannot open the workspace: %w", err)
 	}
 	return dir, nil
+}
+
+// noRoom turns the workspace's refusal to use the space it keeps free
+// into the tool's error; nil for any other error.
+func noRoom(err error) error {
+	var nr *workspace.NoRoomError
+	if !errors.As(err, &nr) {
+		return nil
+	}
+	return registry.ToolError(nr.Error()+", so nothing was written",
+		"Delete files that are no longer needed, or ask the operator for more space.")
 }
 
 // cleanPath checks a path argument and returns it in canonical form ("."

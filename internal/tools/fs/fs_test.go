@@ -16,7 +16,7 @@ import (
 )
 
 func TestDefinitionsAreComplete(t *testing.T) {
-	ws, err := workspace.New(t.TempDir())
+	ws, err := workspace.New(t.TempDir(), workspace.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

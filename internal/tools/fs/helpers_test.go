@@ -33,7 +33,7 @@ func newEnv(t *testing.T, o Options, maxOutput int) *env {
 	t.Helper()
 	tmp := t.TempDir()
 	e := &env{t: t, tmp: tmp, base: filepath.Join(tmp, "ws"), outside: filepath.Join(tmp, "outside")}
-	ws, err := workspace.New(e.base)
+	ws, err := workspace.New(e.base, workspace.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,6 +93,9 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 		mode = "overwrite"
 	}
 
+	if err := noRoom(t.o.Workspace.Room(int64(len(data)))); err != nil {
+		return nil, err
+	}
 	wd, err := t.openDir(req)
 	if err != nil {
 		return nil, err

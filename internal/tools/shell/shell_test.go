@@ -46,7 +46,7 @@ func newFixture(t *testing.T, mode sandbox.Mode, tweak func(*Options)) *fixture 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws, err := workspace.New(t.TempDir())
+	ws, err := workspace.New(t.TempDir(), workspace.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestArgumentErrors(t *testing.T) {
 	if _, err := Tools(Options{Workspace: nil}); err == nil {
 		t.Error("Tools without workspace accepted")
 	}
-	ws, _ := workspace.New(t.TempDir())
+	ws, _ := workspace.New(t.TempDir(), workspace.Options{})
 	if _, err := Tools(Options{Workspace: ws, Sandbox: f.sb, Allow: []string{"/bin/ls"}}); err == nil {
 		t.Error("a path in the allowlist was accepted")
 	}

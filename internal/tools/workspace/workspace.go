@@ -41,6 +41,9 @@ type Workspace struct {
 	// dir is the workspace root, open for the cache's lookups.
 	dir *os.File
 
+	// reserve is Options.Reserve.
+	reserve int64
+
 	mu    sync.Mutex
 	cache map[string]*entry
 	lru   list.List // of *entry, most recently used first
@@ -62,9 +65,18 @@ type entry struct {
 	elem   *list.Element
 }
 
+// Options configure a Workspace.
+type Options struct {
+	// Reserve is the free space of the workspace's file system that the
+	// file tools leave to others (the store, when it shares the file
+	// system): a write, or a new directory, that would leave less free is
+	// refused (see Room). 0 reserves nothing.
+	Reserve int64
+}
+
 // New returns the workspace at dir, creating it. The directory itself is
 // the operator's choice and is trusted; everything beneath it is not.
-func New(dir string) (*Workspace, error) {
+func New(dir string, o Options) (*Workspace, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -76,7 +88,48 @@ func New(dir string) (*Workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
-	return &Workspace{base: abs, dir: f, cache: map[string]*entry{}}, nil
+	return &Workspace{base: abs, dir: f, cache: map[string]*entry{}, reserve: o.Reserve}, nil
+}
+
+// minFreeInodes is how many inodes the file tools leave free: a caller
+// making empty files or directories runs out of inodes, not of bytes.
+const minFreeInodes = 4096
+
+// NoRoomError is Room's refusal.
+type NoRoomError struct {
+	Free, Need, Reserve int64
+	Inodes              bool // it is inodes that are short, not bytes
+}
+
+func (e *NoRoomError) Error() string {
+	if e.Inodes {
+		return fmt.Sprintf("the workspace's file system has fewer than %d inodes (files and directories) left", minFreeInodes)
+	}
+	if e.Need == 0 {
+		return fmt.Sprintf("the workspace's file system has %d bytes free, less than the %d kept free for the service (TOOLSVC_WORKSPACE_RESERVE)", e.Free, e.Reserve)
+	}
+	return fmt.Sprintf("the workspace's file system has %d bytes free; writing %d more would leave less than the %d kept free for the service (TOOLSVC_WORKSPACE_RESERVE)", e.Free, e.Need, e.Reserve)
+}
+
+// Room returns a *NoRoomError when writing need more bytes would leave
+// the workspace's file system with less free than the reserve, or with
+// fewer than minFreeInodes inodes; nil when it would not, when there is
+// no reserve, or when the file system cannot say.
+func (w *Workspace) Room(need int64) error {
+	if w.reserve <= 0 {
+		return nil
+	}
+	bytes, inodes, ok := freeSpace(w.dir)
+	if !ok {
+		return nil
+	}
+	if inodes >= 0 && inodes < minFreeInodes {
+		return &NoRoomError{Free: bytes, Need: need, Reserve: w.reserve, Inodes: true}
+	}
+	if bytes-need < w.reserve {
+		return &NoRoomError{Free: bytes, Need: need, Reserve: w.reserve}
+	}
+	return nil
 }
 
 // Close closes the directories the workspace keeps open. Dirs still in
@@ -206,7 +259,7 @@ func (w *Workspace) walk(names []string) (*os.Root, error) {
 	rel := "."
 	for _, name := range names {
 		rel = filepath.Join(rel, name)
-		next, err := openChild(root, name)
+		next, err := openChild(root, name, w.Room)
 		root.Close()
 		if err != nil {
 			return nil, fmt.Errorf("workspace: %s: %w", rel, err)
@@ -266,10 +319,14 @@ func (w *Workspace) releaseLocked(e *entry) {
 }
 
 // openChild opens the directory name directly beneath parent, creating
-// it if missing, never through a link.
-func openChild(parent *os.Root, name string) (*os.Root, error) {
+// it if missing (when room says there is room for one), never through a
+// link.
+func openChild(parent *os.Root, name string, room func(need int64) error) (*os.Root, error) {
 	fi, err := parent.Lstat(name)
 	if errors.Is(err, fs.ErrNotExist) {
+		if err := room(0); err != nil {
+			return nil, err
+		}
 		if err := parent.Mkdir(name, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
 			return nil, err
 		}

@@ -10,7 +10,7 @@ import (
 )
 
 func TestOpenStaysInside(t *testing.T) {
-	w, err := New(t.TempDir())
+	w, err := New(t.TempDir(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestOpenStaysInside(t *testing.T) {
 }
 
 func TestCallersArePartitioned(t *testing.T) {
-	w, err := New(t.TempDir())
+	w, err := New(t.TempDir(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestCallersArePartitioned(t *testing.T) {
 
 func TestOpenRefusesLinks(t *testing.T) {
 	base := t.TempDir()
-	w, err := New(base)
+	w, err := New(base, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestOpenRefusesLinks(t *testing.T) {
 // leads to it, and walked afresh once it does not.
 func TestOpenCache(t *testing.T) {
 	base := t.TempDir()
-	w, err := New(base)
+	w, err := New(base, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestOpenCache(t *testing.T) {
 // workspace keeps at most cacheSize directories open, and a Dir in use
 // stays usable while others push it out of the cache.
 func TestOpenCacheBounded(t *testing.T) {
-	w, err := New(t.TempDir())
+	w, err := New(t.TempDir(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
