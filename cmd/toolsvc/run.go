@@ -531,6 +531,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 	log.Info("draining: refusing new calls, waiting for calls in flight", "timeout", cfg.ShutdownTimeout.String())
 	srv.Drain()
+	drainEnd := time.Now().Add(cfg.ShutdownTimeout)
 	wait, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	idle := srv.WaitIdle(wait)
 	cancel()
@@ -543,11 +544,26 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 	stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := hs.Shutdown(stop); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	shutdownErr := hs.Shutdown(stop)
+	flushRecords(exec, stopBackground, drainEnd)
+	if shutdownErr != nil {
+		return fmt.Errorf("shutdown: %w", shutdownErr)
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// flushRecords gives the results and audit entries the store refused one
+// last attempt, once no call runs any more and before the store closes:
+// at most 5s, and no more than what is left of TOOLSVC_SHUTDOWN_TIMEOUT,
+// but at least 1s. What is still held then is logged, one line each.
+// stopBackground first stops the background retries, so that nothing is
+// written after the lines that say it was not.
+func flushRecords(exec *registry.Executor, stopBackground func(), drainEnd time.Time) {
+	stopBackground()
+	ctx, cancel := context.WithTimeout(context.Background(), min(5*time.Second, max(time.Until(drainEnd), time.Second)))
+	defer cancel()
+	exec.FlushRecords(ctx)
 }
 
 // attempts says how many attempts were made, in words.

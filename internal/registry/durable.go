@@ -1,11 +1,15 @@
 package registry
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,10 +45,12 @@ func (e *Executor) recall(ctx context.Context, f *flight) error {
 	rec, err := e.store.GetCall(ctx, f.caller.ID, f.res.ToolCallID)
 	switch {
 	case err == nil:
-		if err := e.replay(ctx, f, rec); !errors.Is(err, errWithdrawn) {
+		if err := e.replay(ctx, f, rec); !errors.Is(err, errWithdrawn) && !errors.Is(err, errUnfiled) {
 			return err
 		}
-		return nil // the record is gone: the call goes on as a first one
+		// The record is gone, or its approval request was never filed: the
+		// call goes on as a first one (and ask files the request).
+		return nil
 	case errors.Is(err, ErrNotFound):
 		return nil
 	}
@@ -56,6 +62,12 @@ func (e *Executor) recall(ctx context.Context, f *flight) error {
 // stopped waiting before it learnt the record was written), so the call
 // is not a repeat after all.
 var errWithdrawn = errors.New("the record waited on was withdrawn")
+
+// errUnfiled: a pending record has no approval request. Its filing failed
+// and so did the withdrawal of the record (see ask), or another call is
+// filing it at this moment; either way ask files it, under the record's
+// approval id.
+var errUnfiled = errors.New("the pending call's approval request was not filed")
 
 // record creates the running record of a durable call before it runs.
 // Another call that created it first is answered from it instead.
@@ -75,7 +87,16 @@ func (e *Executor) record(ctx context.Context, f *flight) error {
 			f.recorded = true
 			return nil
 		}
-		if err := e.replay(ctx, f, rec); !errors.Is(err, errWithdrawn) || attempt == 2 {
+		err = e.replay(ctx, f, rec)
+		if errors.Is(err, errUnfiled) {
+			// An earlier attempt asked for approval but could not file the
+			// request, and the policy now allows the call: it runs instead.
+			if err := e.withdraw(ctx, f, rec.ApprovalID); err != nil {
+				return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			}
+			err = errWithdrawn // look again: gone, or filed after all
+		}
+		if !errors.Is(err, errWithdrawn) || attempt == 2 {
 			if errors.Is(err, errWithdrawn) {
 				err = fmt.Errorf("%w: the call's record was withdrawn three times while it waited", ErrUnavailable)
 			}
@@ -86,11 +107,23 @@ func (e *Executor) record(ctx context.Context, f *flight) error {
 
 // replay answers a call whose toolCallId already has a record: a conflict
 // when the record is of another call, the stored result when it is done or
-// pending, and the result it ends with when it is still running, waiting
-// at most the wait timeout (then the answer says it is still running).
+// pending (errUnfiled when pending without its approval request), and the
+// result it ends with when it is still running, waiting at most the wait
+// timeout (then the answer says it is still running).
 func (e *Executor) replay(ctx context.Context, f *flight, rec *CallRecord) error {
 	if !rec.Matches(f.tool.Name, f.digest) {
 		return ErrConflict
+	}
+	if rec.State == CallPendingApproval {
+		// Its ticket must name a request that exists: one that does not
+		// answers 404 to the approver and the caller alike.
+		_, err := e.store.GetApproval(ctx, rec.ApprovalID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return errUnfiled
+		case err != nil:
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
 	}
 	if rec.State == CallRunning {
 		wctx, cancel := context.WithTimeout(ctx, e.wait)
@@ -118,7 +151,10 @@ func (e *Executor) replay(ctx context.Context, f *flight, rec *CallRecord) error
 }
 
 // ask records the call as pending and files an approval request for it,
-// with a snapshot of the caller and the request to resume it with.
+// with a snapshot of the caller and the request to resume it with. A
+// filing that fails leaves nothing that would stop a retry from filing
+// the call again: the pending record is withdrawn, and a pending record
+// found without its request (the withdrawal failed too) is filed again.
 func (e *Executor) ask(ctx context.Context, f *flight) error {
 	now := e.now()
 	filed := &Filing{Caller: *f.caller, Catalog: f.call.Catalog, TimeoutMs: f.call.TimeoutMs, CallerMayApprove: f.decision.CallerMayApprove}
@@ -140,14 +176,29 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	if !created {
-		return e.replay(ctx, f, rec)
+		if err := e.replay(ctx, f, rec); !errors.Is(err, errUnfiled) {
+			return err
+		}
+		// File the record's request under the id its ticket names: calls
+		// that file it at once then file one request (ids are unique),
+		// which alone can start the call (DecideApproval moves only the
+		// record filed under the request).
+		a.ID, a.ExpiresAt = rec.ApprovalID, rec.ExpiresAt
+		pending = rec.Result
+		if pending == nil || pending.Approval == nil {
+			pending = &Result{ToolCallID: rec.ToolCallID, ToolName: rec.ToolName, Status: StatusPendingApproval,
+				Approval: &ApprovalTicket{ID: rec.ApprovalID, ExpiresAt: rec.ExpiresAt, ArgumentsDigest: rec.ArgumentsDigest}}
+		}
 	}
 	if err := e.store.CreateApproval(ctx, a); err != nil {
-		// Leave no pending call without its request.
-		fail := &Result{ToolCallID: f.res.ToolCallID, ToolName: f.tool.Name, Status: StatusError,
-			Error: &Error{Code: CodeInternal, Name: f.tool.Name, Message: "internal error"}}
-		if _, _, ferr := e.store.FinishCall(context.WithoutCancel(ctx), f.caller.ID, f.res.ToolCallID, fail, nil); ferr != nil {
-			e.log.Error("store: closing a call whose approval request failed", "toolCallId", f.res.ToolCallID, "error", ferr)
+		if _, gerr := e.store.GetApproval(ctx, a.ID); gerr == nil {
+			// Filed all the same: by another call filing this record, or
+			// the write committed though its answer was lost.
+			f.res = pending
+			return errAnswered
+		}
+		if created {
+			_ = e.withdraw(ctx, f, a.ID) // logged; a retry files the request
 		}
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -158,15 +209,30 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 	return errAnswered
 }
 
+// withdraw deletes the pending record of a call whose approval request
+// could not be filed, unless the request was filed after all. When the
+// store fails, the record stays, and a retry that finds it without its
+// request files the request (ask).
+func (e *Executor) withdraw(ctx context.Context, f *flight, approvalID string) error {
+	_, err := e.store.WithdrawCall(context.WithoutCancel(ctx), f.caller.ID, f.res.ToolCallID, approvalID)
+	if err != nil {
+		e.log.Error("store: withdrawing a call whose approval request was not filed failed; a retry files the request",
+			"toolCallId", f.res.ToolCallID, "approvalId", approvalID, "error", err)
+	}
+	return err
+}
+
 // finishRecord stores the result of a recorded call and its audit entry,
 // in one write. The call has run, so this happens even when the caller
 // went away. When the store does not take them, they are held in memory
 // and retried in the background (RetryRecords), and the answer says its
-// record is pending.
+// record is pending. When the record was ended by someone else while the
+// call ran, the answer is the record's (superseded).
 func (e *Executor) finishRecord(ctx context.Context, f *flight) {
 	ctx = context.WithoutCancel(ctx)
 	entry := e.auditEntry(f)
-	if _, _, err := e.store.FinishCall(ctx, f.caller.ID, f.res.ToolCallID, f.res, entry); err != nil {
+	rec, stored, err := e.store.FinishCall(ctx, f.caller.ID, f.res.ToolCallID, f.res, entry)
+	if err != nil {
 		e.log.Error("store: recording a result failed; holding it in memory and retrying", "toolCallId", f.res.ToolCallID, "error", err)
 		held := *f.res
 		held.RecordPending = true
@@ -178,7 +244,56 @@ func (e *Executor) finishRecord(ctx context.Context, f *flight) {
 		}
 		e.metrics.setBacklog(e.backlog.len())
 		f.res = &held
+		return
 	}
+	if !stored && (rec == nil || !sameResult(rec.Result, f.res)) {
+		e.superseded(f, rec)
+	}
+}
+
+// superseded answers a call whose record was ended by someone else while
+// it ran: another replica interrupted it (this one could not renew the
+// lease for longer than the lease lasts), or, with the embedded store,
+// another process took the file over. The record, which every retry and
+// GET /calls/{toolCallId} read, keeps that ending; so does the answer,
+// with what the tool did here added to its message: an answer may not
+// claim a result the record does not hold. The audit entry, written with
+// the attempt, says what the tool did.
+func (e *Executor) superseded(f *flight, rec *CallRecord) {
+	ran := f.res
+	res := InterruptedResult(ran.ToolCallID, ran.ToolName)
+	if rec != nil && rec.State == CallDone && rec.Result != nil {
+		c := *rec.Result
+		res = &c
+	}
+	e.log.Error("store: the call's record was ended elsewhere while the call ran; answering with the record, not with the tool's result",
+		"toolCallId", ran.ToolCallID, "caller", f.caller.ID, "tool", ran.ToolName, "status", ran.Status, "code", ran.Code(), "recorded", res.Code())
+	outcome := string(ran.Status)
+	if ran.Code() != "" {
+		outcome = string(ran.Code())
+	}
+	if res.Error != nil {
+		msg := *res.Error
+		msg.Message += fmt.Sprintf(" (The tool did finish here, with %s, but only after the call's record had been ended as %s, which is what a retry or GET /calls/%s reads.)",
+			outcome, res.Code(), ran.ToolCallID)
+		res.Error = &msg
+	}
+	res.RecordPending = false
+	res.DurationMs = ran.DurationMs
+	f.res = res
+}
+
+// sameResult reports whether stored holds the result res: the store's own
+// copy of it, from an earlier write whose answer was lost.
+func sameResult(stored, res *Result) bool {
+	if stored == nil || res == nil || stored.Status != res.Status || stored.Code() != res.Code() {
+		return false
+	}
+	var a, b bytes.Buffer
+	if json.Compact(&a, stored.Output) != nil || json.Compact(&b, res.Output) != nil {
+		return bytes.Equal(stored.Output, res.Output)
+	}
+	return bytes.Equal(a.Bytes(), b.Bytes())
 }
 
 func (e *Executor) auditEntry(f *flight) *AuditEntry {
@@ -254,6 +369,11 @@ func (e *Executor) decideApproval(ctx context.Context, approver *Caller, id stri
 		return a, res, nil
 	}
 	rec, err := e.store.GetCall(ctx, a.CallerID, a.ToolCallID)
+	if a.Status == ApprovalExpired && (errors.Is(err, ErrNotFound) || err == nil && rec.ApprovalID != a.ID) {
+		// No call waited for the request (its record was withdrawn, and
+		// perhaps filed again under another request): nothing ran.
+		return a, ApprovalExpiredResult(a.ToolCallID, a.ToolName), nil
+	}
 	if err == nil && rec.State == CallRunning {
 		wctx, cancel := context.WithTimeout(ctx, e.wait)
 		var last *CallRecord
@@ -301,11 +421,13 @@ func newApprovalID() string {
 // and audit entries it did not append, until RetryRecords writes them.
 // Its size is bounded.
 type backlog struct {
-	mu      sync.Mutex
-	max     int
-	results map[backlogKey]*heldResult
-	audits  []*AuditEntry
-	wake    chan struct{}
+	// flushing is held by the one flush at a time (flushBacklog).
+	flushing sync.Mutex
+	mu       sync.Mutex
+	max      int
+	results  map[backlogKey]*heldResult
+	audits   []*AuditEntry
+	wake     chan struct{}
 }
 
 type backlogKey struct{ caller, id string }
@@ -400,10 +522,70 @@ func (e *Executor) RetryRecords(ctx context.Context, retryMax time.Duration) {
 	}
 }
 
+// FlushRecords is the last attempt of a service that stops, once its
+// calls have drained and before its store closes, to write the results
+// and audit entries held in memory (see RetryRecords): it tries until
+// they are written or ctx ends. Each one still held then is logged at
+// error level (toolCallId, caller, event), and so is their count, which
+// it returns: they go with the process. The record of a result not
+// written reads E_INTERRUPTED once its lease lapses.
+func (e *Executor) FlushRecords(ctx context.Context) int {
+	if e.store == nil {
+		return 0
+	}
+	delay := 50 * time.Millisecond
+	for !e.flushBacklog(ctx) {
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return e.logBacklog()
+		case <-t.C:
+		}
+		delay = min(2*delay, time.Second)
+	}
+	return 0
+}
+
+// logBacklog logs, at error level, each result and audit entry held and
+// their count, which it returns.
+func (e *Executor) logBacklog() int {
+	b := e.backlog
+	b.flushing.Lock() // a flush under way holds what it writes
+	defer b.flushing.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	keys := make([]backlogKey, 0, len(b.results))
+	for k := range b.results {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y backlogKey) int { return cmp.Or(cmp.Compare(x.caller, y.caller), cmp.Compare(x.id, y.id)) })
+	for _, k := range keys {
+		h := b.results[k]
+		event := "call"
+		if h.entry != nil {
+			event = h.entry.Event
+		}
+		e.log.Error("store: stopping with a result not recorded; the call's record will read E_INTERRUPTED", "toolCallId", k.id,
+			"caller", k.caller, "event", event, "tool", h.res.ToolName, "status", h.res.Status, "code", h.res.Code())
+	}
+	for _, a := range b.audits {
+		e.log.Error("store: stopping with an audit entry not written; it is lost", "toolCallId", a.ToolCallID,
+			"caller", a.CallerID, "event", a.Event, "tool", a.ToolName, "decision", a.Decision, "status", a.Status, "code", a.Code)
+	}
+	n := len(b.results) + len(b.audits)
+	if n > 0 {
+		e.log.Error("store: stopping with records not written", "held", n, "results", len(b.results), "auditEntries", len(b.audits))
+	}
+	return n
+}
+
 // flushBacklog tries once to write everything held; it reports whether
 // the backlog is empty afterwards.
 func (e *Executor) flushBacklog(ctx context.Context) bool {
 	b := e.backlog
+	b.flushing.Lock()
+	defer b.flushing.Unlock()
 	b.mu.Lock()
 	keys := make([]backlogKey, 0, len(b.results))
 	for k := range b.results {
@@ -426,10 +608,18 @@ func (e *Executor) flushBacklog(ctx context.Context) bool {
 			b.mu.Unlock()
 			return false
 		}
-		if !stored {
-			e.log.Warn("store: a held result found its record already final", "toolCallId", k.id, "stored", rec.Result.Code())
-		} else {
+		switch {
+		case stored:
 			e.log.Info("store: held result recorded", "toolCallId", k.id)
+		case rec != nil && sameResult(rec.Result, &res):
+			e.log.Info("store: held result was recorded already", "toolCallId", k.id)
+		default:
+			var code Code
+			if rec != nil && rec.Result != nil {
+				code = rec.Result.Code()
+			}
+			e.log.Error("store: a held result found its record ended elsewhere; the record keeps that ending", "toolCallId", k.id,
+				"caller", k.caller, "status", res.Status, "code", res.Code(), "recorded", code)
 		}
 		b.mu.Lock()
 		delete(b.results, k)

@@ -190,11 +190,13 @@ type AuditFilter struct {
 // is not read_only (or the operator opted read_only calls in): allow →
 // BeginCall(running); created → run, FinishCall; not created → on a
 // Matches mismatch 409, when done return the stored Result, when pending
-// return its pending Result, when running WaitCall. ask → BeginCall(pending,
-// with the pending Result and a new ApprovalID) and, when created,
-// CreateApproval. POST /approvals/{id} → DecideApproval; the winner of an
-// approve runs the approval's Arguments and FinishCalls; everyone else
-// answers from WaitCall or GetCall.
+// return its pending Result (once GetApproval finds its request), when
+// running WaitCall. ask → BeginCall(pending, with the pending Result and a
+// new ApprovalID) and, when created, CreateApproval; when that fails,
+// WithdrawCall. A pending record whose request GetApproval does not find
+// is filed again, under the record's ApprovalID. POST /approvals/{id} →
+// DecideApproval; the winner of an approve runs the approval's Arguments
+// and FinishCalls; everyone else answers from WaitCall or GetCall.
 type Store interface {
 	// BeginCall inserts rec, keyed by (rec.CallerID, rec.ToolCallID), unless
 	// a record with that key exists; it returns the stored record and
@@ -242,6 +244,14 @@ type Store interface {
 	// runs whose result will not be recorded through it; the record
 	// lapses and then reads E_INTERRUPTED.
 	ReleaseCall(callerID, toolCallID string)
+	// WithdrawCall deletes the pending record of a call whose approval
+	// request approvalID could not be filed, so that a retry of the call
+	// files it anew. It deletes nothing, and reports false, when the
+	// record is not pending under approvalID, or when request approvalID
+	// exists after all (its filing failed only as far as its caller
+	// learnt). A request whose record it deleted can never run a call
+	// (see DecideApproval).
+	WithdrawCall(ctx context.Context, callerID, toolCallID, approvalID string) (withdrawn bool, err error)
 
 	// CreateApproval stores a pending approval request; a.ID must be new.
 	CreateApproval(ctx context.Context, a *Approval) error
@@ -259,7 +269,12 @@ type Store interface {
 	// with E_APPROVAL_DENIED. A request that has expired is moved to
 	// expired (its call to E_APPROVAL_EXPIRED) and returned with won
 	// false; one already decided is returned as it stands with won false.
-	// ErrNotFound if there is no such request.
+	// A request moves only the record filed under it (ApprovalID
+	// approvalID, pending): a request whose call no longer waits for it
+	// (its record was withdrawn, and perhaps filed again under another
+	// request) is moved to expired instead and returned with won false,
+	// so that it never runs or ends a call. ErrNotFound if there is no
+	// such request.
 	DecideApproval(ctx context.Context, id string, v Verdict, by, reason string, now time.Time) (a *Approval, won bool, err error)
 	// ExpireApprovals moves pending requests whose expiry is at or before
 	// now to expired, and their pending calls to done with

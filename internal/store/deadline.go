@@ -58,6 +58,12 @@ func (t *deadlined) InterruptRunning(ctx context.Context) (int, error) {
 
 func (t *deadlined) ReleaseCall(callerID, toolCallID string) { t.s.ReleaseCall(callerID, toolCallID) }
 
+func (t *deadlined) WithdrawCall(ctx context.Context, callerID, toolCallID, approvalID string) (bool, error) {
+	ctx, cancel := t.ctx(ctx)
+	defer cancel()
+	return t.s.WithdrawCall(ctx, callerID, toolCallID, approvalID)
+}
+
 func (t *deadlined) CreateApproval(ctx context.Context, a *registry.Approval) error {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()

@@ -253,7 +253,9 @@ func (s *SQL) InsertApprovalArgs(a *registry.Approval, filed []byte, now time.Ti
 // 'pending' settles racing decisions (the single SQLite writer runs it
 // alone; in PostgreSQL it takes the row lock, and a racing decision then
 // finds the row no longer pending), so exactly one wins. The call record
-// moves in the same transaction.
+// moves in the same transaction, only when it is pending under this
+// request: a request no record waits for is expired instead, and nobody
+// wins it.
 func (s *SQL) DecideApproval(ctx context.Context, id string, v registry.Verdict, by, reason string, now time.Time) (*registry.Approval, bool, error) {
 	status, err := DecidedStatus(v)
 	if err != nil {
@@ -281,24 +283,34 @@ func (s *SQL) DecideApproval(ctx context.Context, id string, v registry.Verdict,
 		}
 		won = true
 		clock := s.Clock()
+		var moved int64
 		if status == registry.ApprovalApproved {
-			n, err := tx.Exec(ctx, `UPDATE calls SET state = 'running', result = NULL, owner = $1, expires_at = $2, updated_at = $3
-				WHERE caller_id = $4 AND tool_call_id = $5 AND state = 'pending_approval'`,
-				s.ID, s.Time(clock.Add(s.Lease)), s.Time(clock), a.CallerID, a.ToolCallID)
+			moved, err = tx.Exec(ctx, `UPDATE calls SET state = 'running', result = NULL, owner = $1, expires_at = $2, updated_at = $3
+				WHERE caller_id = $4 AND tool_call_id = $5 AND state = 'pending_approval' AND approval_id = $6`,
+				s.ID, s.Time(clock.Add(s.Lease)), s.Time(clock), a.CallerID, a.ToolCallID, a.ID)
 			if err != nil {
 				return err
 			}
-			running = n == 1
+			running = moved == 1
 		} else {
 			result, err := EncodeResult(registry.ApprovalDeniedResult(a.ToolCallID, a.ToolName, by, reason))
 			if err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $1, expires_at = $2, updated_at = $3
-				WHERE caller_id = $4 AND tool_call_id = $5 AND state = 'pending_approval'`,
-				result, s.Time(time.Time{}), s.Time(clock), a.CallerID, a.ToolCallID); err != nil {
+			if moved, err = tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $1, expires_at = $2, updated_at = $3
+				WHERE caller_id = $4 AND tool_call_id = $5 AND state = 'pending_approval' AND approval_id = $6`,
+				result, s.Time(time.Time{}), s.Time(clock), a.CallerID, a.ToolCallID, a.ID); err != nil {
 				return err
 			}
+		}
+		if moved == 0 {
+			// No call waits for this request (its record was withdrawn, see
+			// WithdrawCall): it runs and ends nothing, and is void.
+			won = false
+			a, err = ScanApproval(tx.QueryRow(ctx, `UPDATE approvals
+				SET status = 'expired', decided_at = $1, decided_by = '', decision_reason = '', updated_at = $1
+				WHERE id = $2 RETURNING `+ApprovalColumns, s.Time(now), id))
+			return err
 		}
 		return s.announce(ctx, tx, Key(a.CallerID, a.ToolCallID))
 	})
@@ -315,6 +327,31 @@ func (s *SQL) DecideApproval(ctx context.Context, id string, v registry.Verdict,
 		s.Hub.Notify(Key(a.CallerID, a.ToolCallID))
 	}
 	return a, won, nil
+}
+
+// WithdrawCall implements registry.Store. The record goes only while its
+// request is not there: when the request's write committed after all, the
+// record stays, as that request's call.
+func (s *SQL) WithdrawCall(ctx context.Context, callerID, toolCallID, approvalID string) (bool, error) {
+	var n int64
+	err := s.InTx(ctx, func(tx Tx) error {
+		var err error
+		n, err = tx.Exec(ctx, `DELETE FROM calls WHERE caller_id = $1 AND tool_call_id = $2
+				AND CASE state WHEN 'pending_approval' THEN approval_id = $3 ELSE false END
+				AND NOT EXISTS (SELECT 1 FROM approvals WHERE id = $3)`,
+			callerID, toolCallID, approvalID)
+		if err != nil || n == 0 {
+			return err
+		}
+		return s.announce(ctx, tx, Key(callerID, toolCallID))
+	})
+	if err != nil {
+		return false, err
+	}
+	if n == 1 {
+		s.Hub.Notify(Key(callerID, toolCallID))
+	}
+	return n == 1, nil
 }
 
 // notDecided answers a decision that found no pending, unexpired request:

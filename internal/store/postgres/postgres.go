@@ -670,6 +670,11 @@ func (s *Store) renew(ctx context.Context, keys []store.CallKey) error {
 // ReleaseCall implements registry.Store.
 func (s *Store) ReleaseCall(callerID, toolCallID string) { s.leases.Remove(callerID, toolCallID) }
 
+// WithdrawCall implements registry.Store.
+func (s *Store) WithdrawCall(ctx context.Context, callerID, toolCallID, approvalID string) (bool, error) {
+	return s.sql.WithdrawCall(ctx, callerID, toolCallID, approvalID)
+}
+
 // CreateApproval implements registry.Store.
 func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error {
 	now := s.clock()

@@ -53,6 +53,8 @@ func Run(t *testing.T, open func(t *testing.T) registry.Store) {
 		{"ApprovalApprove", testApprovalApprove},
 		{"ApprovalDeny", testApprovalDeny},
 		{"DecideApprovalRace", testDecideRace},
+		{"WithdrawCall", testWithdrawCall},
+		{"DecideMovesOnlyItsOwnCall", testDecideOwnCall},
 		{"ApprovalExpiry", testApprovalExpiry},
 		{"ExpireApprovals", testExpireApprovals},
 		{"ListApprovals", testListApprovals},
@@ -826,6 +828,77 @@ func testDecideRace(t *testing.T, s registry.Store) {
 		call := mustGet(t, s, rec)
 		if (wantStatus == registry.ApprovalApproved) != (call.State == registry.CallRunning) {
 			t.Errorf("round %d: call is %s after %s", round, call.State, wantStatus)
+		}
+	}
+}
+
+// testWithdrawCall: the pending record of a request that was not filed
+// goes, and the call can be filed anew; a record whose request exists, or
+// that is not pending under the request named, stays.
+func testWithdrawCall(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	expires := time.Now().Add(time.Hour)
+	unfiled := pending("alice", "wd-1", "wd-appr-1", expires)
+	mustBegin(t, s, unfiled, true)
+	if ok, err := s.WithdrawCall(ctx, "alice", "wd-1", "wd-appr-other"); err != nil || ok {
+		t.Fatalf("WithdrawCall under another request = %v, %v; want false", ok, err)
+	}
+	if ok, err := s.WithdrawCall(ctx, "alice", "wd-1", "wd-appr-1"); err != nil || !ok {
+		t.Fatalf("WithdrawCall = %v, %v; want true", ok, err)
+	}
+	if _, err := s.GetCall(ctx, "alice", "wd-1"); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("GetCall after WithdrawCall: %v, want ErrNotFound", err)
+	}
+	if ok, err := s.WithdrawCall(ctx, "alice", "wd-1", "wd-appr-1"); err != nil || ok {
+		t.Fatalf("second WithdrawCall = %v, %v; want false", ok, err)
+	}
+	mustBegin(t, s, pending("alice", "wd-1", "wd-appr-2", expires), true)
+
+	filed := pending("alice", "wd-filed", "wd-appr-filed", expires)
+	mustBegin(t, s, filed, true)
+	mustCreateApproval(t, s, approvalFor(filed))
+	if ok, err := s.WithdrawCall(ctx, "alice", "wd-filed", "wd-appr-filed"); err != nil || ok {
+		t.Fatalf("WithdrawCall of a filed request = %v, %v; want false", ok, err)
+	}
+	if got := mustGet(t, s, filed); got.State != registry.CallPendingApproval {
+		t.Fatalf("record of a filed request after WithdrawCall = %+v, want pending", got)
+	}
+
+	run := running("alice", "wd-running", `{}`)
+	mustBegin(t, s, run, true)
+	if ok, err := s.WithdrawCall(ctx, "alice", "wd-running", ""); err != nil || ok {
+		t.Fatalf("WithdrawCall of a running record = %v, %v; want false", ok, err)
+	}
+	mustGet(t, s, run)
+}
+
+// testDecideOwnCall: a request moves only the record filed under it. One
+// whose record was withdrawn and filed again under another request is
+// expired when decided, and neither runs nor ends the call; the other
+// request still decides it.
+func testDecideOwnCall(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	expires := time.Now().Add(time.Hour)
+	for _, v := range []registry.Verdict{registry.VerdictApprove, registry.VerdictDeny} {
+		id := "own-" + string(v)
+		stale := approvalFor(pending("alice", id, id+"-stale", expires))
+		mustCreateApproval(t, s, stale)
+		rec := pending("alice", id, id+"-live", expires)
+		mustBegin(t, s, rec, true)
+		mustCreateApproval(t, s, approvalFor(rec))
+		a, won, err := s.DecideApproval(ctx, stale.ID, v, "oncall", "", time.Now())
+		if err != nil || won || a.Status != registry.ApprovalExpired {
+			t.Fatalf("%s of a request no call waits for = %+v, won %v, %v; want expired, not won", v, a, won, err)
+		}
+		if got := mustGet(t, s, rec); got.State != registry.CallPendingApproval || got.ApprovalID != rec.ApprovalID {
+			t.Fatalf("after a %s of another request the call is %+v, want pending under its own", v, got)
+		}
+		if _, won, err := s.DecideApproval(ctx, rec.ApprovalID, v, "oncall", "", time.Now()); err != nil || !won {
+			t.Fatalf("%s of the call's own request: won %v, %v", v, won, err)
+		}
+		want := map[registry.Verdict]registry.CallState{registry.VerdictApprove: registry.CallRunning, registry.VerdictDeny: registry.CallDone}[v]
+		if got := mustGet(t, s, rec); got.State != want {
+			t.Fatalf("after a %s of its own request the call is %s, want %s", v, got.State, want)
 		}
 	}
 }
