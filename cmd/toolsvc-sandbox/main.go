@@ -1,8 +1,11 @@
-// Command toolsvc-sandbox is the small launcher toolsvc runs to confine
-// and start each program of an exec tool: the same child code as
-// "toolsvc __sandbox-exec", without the initialisation of every package
-// of the service, which costs most of a start (see BENCHMARKS.md). Install
-// it next to the toolsvc binary; without it toolsvc re-executes itself.
+// Command toolsvc-sandbox is the small launcher toolsvc runs for each
+// call of shell__exec or an exec tool: as the call's reaper, which stays
+// the parent of everything the call starts and kills what is left of it
+// when the call ends, and as the child that confines itself and executes
+// an exec tool's program. It is the same code as "toolsvc
+// __sandbox-exec", without the initialisation of every package of the
+// service, which costs most of a start (see BENCHMARKS.md). Install it
+// next to the toolsvc binary; without it toolsvc re-executes itself.
 package main
 
 import (

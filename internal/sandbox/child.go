@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 )
 
 // ChildCommand is the first argument with which the sandbox re-executes the
@@ -46,6 +47,14 @@ type childConfig struct {
 	// executing Path; NoPrivDrop skips the privilege drop (mode off).
 	Entry      string `json:"entry,omitempty"`
 	NoPrivDrop bool   `json:"noPrivDrop,omitempty"`
+	// Reaper makes this process the reaper of the call rather than the
+	// program: unconfined, it starts Child with this configuration
+	// (without Reaper), stays its parent, and kills whatever the program
+	// left running when it ends (see runReaper). Grace is the time
+	// between SIGTERM and SIGKILL when the call is stopped.
+	Reaper bool          `json:"reaper,omitempty"`
+	Child  string        `json:"child,omitempty"`
+	Grace  time.Duration `json:"grace,omitempty"`
 }
 
 // Entry is Go code the sandbox child runs after confining itself, in
@@ -99,6 +108,10 @@ func decodeChildConfig(s string) (*childConfig, error) {
 //
 // When the configuration names an entry, the child runs that entry of
 // entries instead, confined the same way, and exits with its status.
+//
+// The service starts the reaper first, with the same command: it starts
+// the confined child, stays its parent until the program and everything
+// the program started are gone, and exits with the program's status.
 func RunChild(args []string, entries Entries) error {
 	if len(args) < 3 || args[1] != "--" {
 		return reportSetup(errors.New("sandbox child: usage: " + ChildCommand + " <config> -- program [args...]"))
@@ -106,6 +119,9 @@ func RunChild(args []string, entries Entries) error {
 	cfg, err := decodeChildConfig(args[0])
 	if err != nil {
 		return reportSetup(err)
+	}
+	if cfg.Reaper {
+		return reportSetup(runReaper(cfg, args[2:]))
 	}
 	var entry Entry
 	if cfg.Entry != "" {

@@ -295,6 +295,18 @@ func applyLimits(l Limits) error {
 	return nil
 }
 
+// procAttr puts the process in a group of its own and has the kernel
+// signal it when the service dies: the reaper with SIGTERM, so that it
+// stops the program and everything the program started; a program
+// started directly (mode off) with SIGKILL.
+func procAttr(reaper bool) *syscall.SysProcAttr {
+	sig := syscall.SIGKILL
+	if reaper {
+		sig = syscall.SIGTERM
+	}
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: sig}
+}
+
 // waitAndKillGroup waits for the group leader to exit without reaping it,
 // kills the rest of its group (the zombie leader keeps the group id from
 // being reused), and then reaps it.

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"errors"
 	"os/exec"
+	"syscall"
 )
 
 // Probe asks the kernel which Landlock ABI it supports; Landlock exists
@@ -18,6 +19,14 @@ func reportSetup(err error) error { return err }
 func confine(*childConfig) error {
 	return errors.New("sandbox child: kernel confinement needs Linux; use mode off")
 }
+
+func runReaper(*childConfig, []string) error {
+	return errors.New("sandbox child: kernel confinement needs Linux; use mode off")
+}
+
+// procAttr puts the process in a group of its own; only Linux has
+// parent-death signals.
+func procAttr(bool) *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
 
 func execProgram(*childConfig, []string) error {
 	return errors.New("sandbox child: kernel confinement needs Linux; use mode off")

@@ -1,13 +1,18 @@
 // Package sandbox runs one external program safely: argv only (never a
-// shell), in its own process group that is killed as a whole on timeout,
-// with a scrubbed environment, bounded capture of stdout and stderr, and,
-// where the kernel allows, confinement by Landlock and resource limits.
+// shell), killed with everything it started when its call ends, with a
+// scrubbed environment, bounded capture of stdout and stderr, and, where
+// the kernel allows, confinement by Landlock and resource limits.
 //
-// Kernel confinement is applied by re-executing the toolsvc binary itself:
-// the child is started as "SelfExe __sandbox-exec <config> -- argv...",
-// restricts itself (rlimits, Landlock) and then replaces itself with the
-// program. The main program must therefore call RunChild when its first
-// argument is ChildCommand, before doing anything else.
+// Each call (but a program in mode off) starts two processes, both as
+// "<binary> __sandbox-exec <config> -- argv...": the reaper (the
+// launcher, Options.Launcher, or else the toolsvc binary itself), which
+// stays the parent of the call's processes as their child subreaper and
+// kills whatever is left of them when the call ends, also in sessions of
+// their own; and under it the child (the launcher too, or the toolsvc
+// binary for an entry), which restricts itself (rlimits, Landlock) and
+// then replaces itself with the program. The main program must therefore
+// call RunChild when its first argument is ChildCommand, before doing
+// anything else.
 package sandbox
 
 import (
@@ -63,9 +68,14 @@ func ParseMode(s string) (Mode, error) {
 // names are looked up.
 const DefaultPath = "/usr/local/bin:/usr/bin:/bin"
 
-// DefaultKillGrace is how long a process group has between SIGTERM and
-// SIGKILL when its context ends.
+// DefaultKillGrace is how long a program and what it started have
+// between SIGTERM and SIGKILL when its context ends.
 const DefaultKillGrace = 500 * time.Millisecond
+
+// reapLimit bounds how long the reaper goes on killing (after the grace
+// period, if any) before it gives up and exits; a process stuck in the
+// kernel (uninterruptible sleep) is the only reason to get there.
+const reapLimit = time.Second
 
 // Limits are resource limits (setrlimit) applied to each program; zero
 // leaves a limit as inherited.
@@ -93,9 +103,9 @@ type Options struct {
 	// each program (usually os.Executable()). Required unless Mode is off.
 	SelfExe string
 	// Launcher, when set, is the small toolsvc-sandbox binary, started in
-	// place of SelfExe to confine each program (entries still need
-	// SelfExe): it skips the service's package initialisation, most of
-	// the cost of a start.
+	// place of SelfExe as each call's reaper and to confine each program
+	// (entries still need SelfExe): it skips the service's package
+	// initialisation, most of the cost of a start.
 	Launcher string
 	// ReadOnlyDirs are extra files or directories programs may read
 	// (besides the system directories needed to run programs).
@@ -459,10 +469,17 @@ func (s *Sandbox) environ(sp *Spec) ([]string, error) {
 }
 
 // Run runs one program and waits for it. When ctx ends first, the
-// program's whole process group gets SIGTERM, then SIGKILL after the
-// grace period, and Run returns the partial result with an error that
-// wraps ctx.Err(). When the program exits, anything it left running in
-// its process group is killed. A non-zero exit is not an error.
+// program and every process it started get SIGTERM, then SIGKILL after
+// the grace period, and Run returns the partial result with an error that
+// wraps ctx.Err(). When the program exits, anything it left running is
+// killed, and so is everything when the service dies. A non-zero exit is
+// not an error.
+//
+// Every process a call starts is a descendant of the call's reaper, which
+// does the killing (see runReaper), so a process that leaves the
+// program's process group or session is found all the same. In mode off
+// a program (not an entry) is started directly instead, and only its
+// process group is killed.
 func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 	var res Result
 	if err := s.Usable(); err != nil {
@@ -500,6 +517,7 @@ func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 
 	var cmd *exec.Cmd
 	var setupR *os.File
+	reaper := false
 	if s.mode == ModeOff && sp.Entry == "" {
 		cmd = exec.CommandContext(ctx, path)
 		cmd.Args = sp.Args
@@ -531,15 +549,18 @@ func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 			// rights to "." from there.
 			cfg.WorkFD, cfg.ReadWrite = workFD, nil
 		}
+		// The launcher is the reaper; the child it starts is the
+		// launcher too, or toolsvc for an entry.
+		cfg.Reaper, cfg.Child, cfg.Grace = true, s.launcher, s.grace
+		if sp.Entry != "" {
+			cfg.Child = s.selfExe
+		}
 		enc, err := cfg.encode()
 		if err != nil {
 			return res, fmt.Errorf("%w: %v", ErrSetup, err)
 		}
-		exe := s.launcher
-		if sp.Entry != "" {
-			exe = s.selfExe
-		}
-		cmd = exec.CommandContext(ctx, exe, append([]string{ChildCommand, enc, "--"}, sp.Args...)...)
+		cmd = exec.CommandContext(ctx, s.launcher, append([]string{ChildCommand, enc, "--"}, sp.Args...)...)
+		reaper = true
 		r, w, err := os.Pipe()
 		if err != nil {
 			return res, fmt.Errorf("%w: %v", ErrSetup, err)
@@ -568,13 +589,23 @@ func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 		errCap = NewCapture(limit)
 		cmd.Stderr = errCap
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	g := &group{grace: s.grace}
+	cmd.SysProcAttr = procAttr(reaper)
+	g := &group{grace: s.grace, reaper: reaper}
 	cmd.Cancel = func() error { return g.cancel(cmd.Process.Pid) }
 	// Backstop: if the group ignores SIGKILL's effects on its pipes (a
-	// process that escaped the group still holds them), stop waiting.
+	// process that escaped the group still holds them), stop waiting;
+	// and if the reaper has not ended by then, kill it.
 	cmd.WaitDelay = 2*s.grace + time.Second
+	if reaper {
+		cmd.WaitDelay += reapLimit
+	}
 
+	// The parent-death signal is sent when the thread that started the
+	// process ends (go.dev/issue/27505), and Go ends a thread when a
+	// goroutine locked to it exits: keep this one until the process is
+	// reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		if ctx.Err() != nil {
@@ -620,8 +651,11 @@ func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 }
 
 // group signals one process group, never after its leader was reaped.
+// With reaper, the group is the call's reaper alone, which stops the
+// program and all it started itself, grace period included.
 type group struct {
-	grace time.Duration
+	grace  time.Duration
+	reaper bool
 
 	mu        sync.Mutex
 	done      bool
@@ -637,6 +671,9 @@ func (g *group) cancel(pgid int) error {
 	}
 	g.cancelled = true
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	if g.reaper {
+		return nil // cmd.WaitDelay kills a reaper that does not end
+	}
 	g.timer = time.AfterFunc(g.grace, func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()

@@ -19,15 +19,21 @@ import (
 )
 
 // TestMain lets the test binary play toolsvc's part: re-executed with
-// ChildCommand it is the sandbox child, and with "dial-helper" it is a
-// program that tries to open a TCP connection (exit 0: connected, 3: not).
+// ChildCommand it is the sandbox child (with the entry "daemon"), with
+// "kill-helper" the service of TestServiceKilled, and with "dial-helper"
+// a program that tries to open a TCP connection (exit 0: connected, 3:
+// not).
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case ChildCommand:
-			err := RunChild(os.Args[2:], nil)
+			err := RunChild(os.Args[2:], Entries{"daemon": daemonEntry})
 			fmt.Fprintln(os.Stderr, "sandbox child:", err)
 			os.Exit(125)
+		case "kill-helper":
+			err := killHelper(os.Args[2:])
+			fmt.Fprintln(os.Stderr, "kill-helper:", err)
+			os.Exit(1)
 		case "caps-helper":
 			// Reports this process's privileges: effective and permitted
 			// capabilities, the size of the bounding set, no_new_privs.
