@@ -3,7 +3,6 @@ package http
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -240,24 +239,10 @@ func callMembers() []string {
 // shapeError says which member of a call has the wrong type, in JSON
 // terms rather than Go's.
 func shapeError(err error) string {
-	var te *json.UnmarshalTypeError
-	if !errors.As(err, &te) || te.Field == "" {
-		return err.Error()
+	if msg, ok := registry.JSONTypeError(err); ok {
+		return strings.TrimPrefix(msg, "Call.")
 	}
-	want := "a " + te.Type.Kind().String()
-	switch te.Type.Kind() {
-	case reflect.String:
-		want = "a string"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		want = "an integer"
-	case reflect.Bool:
-		want = "a boolean"
-	case reflect.Slice, reflect.Array:
-		want = "an array"
-	case reflect.Struct, reflect.Map, reflect.Pointer:
-		want = "an object"
-	}
-	return fmt.Sprintf("%s must be %s, not %s", strings.TrimPrefix(te.Field, "Call."), want, te.Value)
+	return err.Error()
 }
 
 func (s *Server) handleCall(w http.ResponseWriter, r *http.Request) error {

@@ -25,10 +25,10 @@ func TestBindIntegralNumbers(t *testing.T) {
 		t.Errorf("bound %+v", a)
 	}
 	for _, c := range []struct{ args, want string }{
-		{`{"limit":2.5}`, "limit must be an integer in range, not number 2.5"},
-		{`{"limit":1e300}`, "limit must be an integer in range, not number"},
-		{`{"limit":1e1000000}`, "limit must be an integer in range, not number"},
-		{`{"limit":"2"}`, "limit must be an integer in range, not string"},
+		{`{"limit":2.5}`, "limit must be an integer, not number 2.5"},
+		{`{"limit":1e300}`, "limit must be an integer, not number"},
+		{`{"limit":1e1000000}`, "limit must be an integer, not number"},
+		{`{"limit":"2"}`, "limit must be an integer, not string"},
 		{`{"items":{}}`, "items must be an array, not object"},
 	} {
 		err := (&Request{Arguments: json.RawMessage(c.args)}).Bind(&a)

@@ -157,16 +157,26 @@ func integralNumbers(args json.RawMessage) (json.RawMessage, bool) {
 
 // bindError says what did not fit in the words of JSON, not of Go types.
 func bindError(err error) string {
+	if msg, ok := JSONTypeError(err); ok {
+		return msg
+	}
+	return err.Error()
+}
+
+// JSONTypeError says, in JSON's words, which member of a decoded document
+// did not have the type it should ("limit must be an integer, not number
+// 2.5"); ok is false when err is not a type error naming a member.
+func JSONTypeError(err error) (msg string, ok bool) {
 	var te *json.UnmarshalTypeError
 	if !errors.As(err, &te) || te.Field == "" {
-		return err.Error()
+		return "", false
 	}
 	want := "a " + te.Type.Kind().String()
 	switch te.Type.Kind() {
 	case reflect.String:
 		want = "a string"
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		want = "an integer in range"
+		want = "an integer"
 	case reflect.Float32, reflect.Float64:
 		want = "a number"
 	case reflect.Bool:
@@ -176,7 +186,7 @@ func bindError(err error) string {
 	case reflect.Struct, reflect.Map, reflect.Pointer:
 		want = "an object"
 	}
-	return fmt.Sprintf("%s must be %s, not %s", te.Field, want, te.Value)
+	return fmt.Sprintf("%s must be %s, not %s", te.Field, want, te.Value), true
 }
 
 // Handler runs a tool. It only computes: the executor has already looked the

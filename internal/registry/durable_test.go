@@ -27,6 +27,19 @@ type filing struct {
 	creates                 atomic.Int32
 }
 
+// failFiling makes call, whose filing fails and whose record then cannot
+// be withdrawn either, so that it is left pending without its request.
+func (f *filing) failFiling(t *testing.T, e *registry.Executor, caller *registry.Caller, call *registry.Call) {
+	t.Helper()
+	f.createDown.Store(true)
+	f.cleanupDown.Store(true)
+	defer f.createDown.Store(false)
+	defer f.cleanupDown.Store(false)
+	if _, err := e.Execute(t.Context(), caller, call); !errors.Is(err, registry.ErrUnavailable) {
+		t.Fatalf("filing: %v, want ErrUnavailable", err)
+	}
+}
+
 func (f *filing) CreateApproval(ctx context.Context, a *registry.Approval) error {
 	if f.createDown.Load() {
 		return errDown
@@ -146,13 +159,7 @@ func TestUnfiledPendingCallRunsOnceAllowed(t *testing.T) {
 	e := registry.NewExecutor(registry.Options{Registry: reg, Store: st})
 	caller := registry.Anonymous()
 	call := &registry.Call{ToolCallID: "ask-allowed", ToolName: "shell__exec"}
-	st.createDown.Store(true)
-	st.cleanupDown.Store(true)
-	if _, err := e.Execute(t.Context(), caller, call); !errors.Is(err, registry.ErrUnavailable) {
-		t.Fatalf("filing: %v, want ErrUnavailable", err)
-	}
-	st.createDown.Store(false)
-	st.cleanupDown.Store(false)
+	st.failFiling(t, e, caller, call)
 	e.Load(reg, registry.TierDefaults{registry.ReadOnly: registry.Allow, registry.SideEffecting: registry.Allow, registry.Privileged: registry.Allow})
 	for range 2 {
 		if res, err := e.Execute(t.Context(), caller, call); err != nil || res.Status != registry.StatusOK || string(res.Output) != "1" {
@@ -173,13 +180,7 @@ func TestConcurrentRetriesFileOneRequest(t *testing.T) {
 	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, tool), Store: st})
 	caller := registry.Anonymous()
 	call := &registry.Call{ToolCallID: "ask-3", ToolName: "shell__exec"}
-	st.createDown.Store(true)
-	st.cleanupDown.Store(true)
-	if _, err := e.Execute(t.Context(), caller, call); !errors.Is(err, registry.ErrUnavailable) {
-		t.Fatalf("filing: %v, want ErrUnavailable", err)
-	}
-	st.createDown.Store(false)
-	st.cleanupDown.Store(false)
+	st.failFiling(t, e, caller, call)
 
 	const n = 8
 	tickets := make([]string, n)
@@ -323,13 +324,7 @@ func newLogger(l *logBuffer) *slog.Logger { return slog.New(slog.NewJSONHandler(
 // holds this very result (an earlier write committed) is answered as
 // recorded.
 func TestRecordEndedElsewhereIsNotAnsweredOK(t *testing.T) {
-	var runs atomic.Int32
-	tool := &registry.Tool{
-		Definition: registry.Definition{Name: "fs__append", Description: "Appends.", Tier: registry.SideEffecting, Parameters: object},
-		Handler: registry.Func(func(context.Context, *registry.Request) (any, error) {
-			return runs.Add(1), nil
-		}),
-	}
+	tool, runs := appender()
 	st := &superseding{Store: openSQLite(t)}
 	var logs logBuffer
 	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, tool), Store: st, Logger: newLogger(&logs)})

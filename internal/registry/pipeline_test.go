@@ -202,6 +202,17 @@ func TestStringArgumentsDepth(t *testing.T) {
 	}
 }
 
+// appender is a side-effecting tool that answers how many times it ran.
+func appender() (*registry.Tool, *atomic.Int32) {
+	var runs atomic.Int32
+	return &registry.Tool{
+		Definition: registry.Definition{Name: "fs__append", Description: "Appends.", Tier: registry.SideEffecting, Parameters: object},
+		Handler: registry.Func(func(context.Context, *registry.Request) (any, error) {
+			return runs.Add(1), nil
+		}),
+	}, &runs
+}
+
 // flaky is a real store whose FinishCall and AppendAudit fail while down
 // is set, as when the database goes away after a tool ran, and whose
 // BeginCall fails while beginDown is set.
@@ -238,13 +249,7 @@ func (f *flaky) AppendAudit(ctx context.Context, e *registry.AuditEntry) error {
 // from memory without running again, and the background retry lands the
 // result and its audit entry once the store is back.
 func TestUnrecordedResultIsHeldAndRetried(t *testing.T) {
-	var runs atomic.Int32
-	tool := &registry.Tool{
-		Definition: registry.Definition{Name: "fs__append", Description: "Appends.", Tier: registry.SideEffecting, Parameters: object},
-		Handler: registry.Func(func(context.Context, *registry.Request) (any, error) {
-			return runs.Add(1), nil
-		}),
-	}
+	tool, runs := appender()
 	st := &flaky{Store: openSQLite(t)}
 	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, tool), Store: st})
 	caller := registry.Anonymous()
@@ -355,13 +360,7 @@ func TestAuditNamesTokenCallers(t *testing.T) {
 // calls run and keep their results; a batch none of whose calls could be
 // recorded fails as a whole, as a single call would.
 func TestBatchAnswersRefusedCallsInTheirSlots(t *testing.T) {
-	var runs atomic.Int32
-	tool := &registry.Tool{
-		Definition: registry.Definition{Name: "fs__append", Description: "Appends.", Tier: registry.SideEffecting, Parameters: object},
-		Handler: registry.Func(func(context.Context, *registry.Request) (any, error) {
-			return runs.Add(1), nil
-		}),
-	}
+	tool, runs := appender()
 	st := &flaky{Store: openSQLite(t)}
 	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, tool), Store: st})
 	caller := registry.Anonymous()
