@@ -9,6 +9,7 @@ import (
 	"math/big"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -92,6 +93,10 @@ type Request struct {
 	// reg is the registry the call was looked up in (nil in tests that
 	// build requests by hand).
 	reg *Registry
+	// sinks are the spills the handler started, given up when it returns
+	// (dropSpills) if it did not close them itself.
+	sinksMu sync.Mutex
+	sinks   []*SpillSink
 }
 
 // Bind decodes the arguments into v. A number the schema accepted as an

@@ -561,6 +561,7 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, series *toolSeries, r
 	// comes first; an abandoned handler is counted until it returns.
 	var fate atomic.Int32
 	returned := func() {
+		req.dropSpills()
 		release()
 		if !fate.CompareAndSwap(handlerRunning, handlerReturned) {
 			e.log.Info("abandoned tool returned", "tool", tool.Name, "toolCallId", req.CallID)

@@ -311,6 +311,32 @@ func (k *SpillSink) fail(err error) {
 	}
 }
 
+// drop gives up a spill that was not closed; see Request.dropSpills.
+func (k *SpillSink) drop() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.done {
+		return
+	}
+	k.done = true
+	k.release(false)
+	if k.err == nil && k.w != nil {
+		k.w.Abort(context.WithoutCancel(k.ctx))
+	}
+}
+
+// release gives back what the stream was granted of the total; kept says
+// the store now holds what it stored.
+func (k *SpillSink) release(kept bool) {
+	if k.s.total <= 0 || k.limit <= 0 {
+		return
+	}
+	k.s.granted.Add(-k.limit)
+	if kept {
+		k.s.held.Add(k.stored)
+	}
+}
+
 // Close writes what is buffered and marks the spill complete. It returns
 // the spill as stored, or an error when nothing readable was kept.
 func (k *SpillSink) Close() (*SpillInfo, error) {
@@ -320,15 +346,8 @@ func (k *SpillSink) Close() (*SpillInfo, error) {
 		return nil, errors.New("spill closed twice")
 	}
 	k.done = true
-	if k.s.total > 0 && k.limit > 0 {
-		defer func() {
-			// The store now holds what the stream kept, until the next count.
-			k.s.granted.Add(-k.limit)
-			if k.err == nil {
-				k.s.held.Add(k.stored)
-			}
-		}()
-	}
+	// The store now holds what the stream kept, until the next count.
+	defer func() { k.release(k.err == nil) }()
 	if k.err == nil {
 		k.flush()
 	}
@@ -360,7 +379,24 @@ func (r *Request) SpillStream(ctx context.Context, stream string) *SpillSink {
 	}
 	k := r.spiller.open(ctx, r.Caller.ID, r.CallID, r.Name, stream)
 	k.unreadable = !r.mayCall(ReadOnTool)
+	r.sinksMu.Lock()
+	r.sinks = append(r.sinks, k)
+	r.sinksMu.Unlock()
 	return k
+}
+
+// dropSpills gives up the spills the handler started and did not close
+// (it failed, or timed out, before it said how its output ended): what
+// they wrote is deleted and what they were granted of the total is given
+// back.
+func (r *Request) dropSpills() {
+	r.sinksMu.Lock()
+	sinks := r.sinks
+	r.sinks = nil
+	r.sinksMu.Unlock()
+	for _, k := range sinks {
+		k.drop()
+	}
 }
 
 // mayCall reports whether the request's caller may call tool name within

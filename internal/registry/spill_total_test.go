@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -37,5 +38,40 @@ func TestSpillTotalBytes(t *testing.T) {
 	}
 	if n, err := st.SpillBytes(t.Context()); err != nil || n != 1<<20+1<<19 {
 		t.Errorf("the store holds %d bytes of spills (%v), want the total %d", n, err, 1<<20+1<<19)
+	}
+}
+
+// TestUnclosedSpillsAreGivenBack: a tool that starts a spill and fails
+// (or times out) before closing it gives back what the spill was granted
+// of the total, and leaves nothing in the store.
+func TestUnclosedSpillsAreGivenBack(t *testing.T) {
+	failing := &registry.Tool{
+		Definition: registry.Definition{Name: "data__fail", Description: "Fails.", Tier: registry.ReadOnly, Parameters: object},
+		Handler: registry.Func(func(ctx context.Context, r *registry.Request) (any, error) {
+			sink := r.SpillStream(ctx, "stdout")
+			_, _ = sink.Write([]byte(strings.Repeat("y", 1<<20)))
+			return nil, errors.New("the program failed")
+		}),
+	}
+	big := &registry.Tool{
+		Definition: registry.Definition{Name: "data__big", Description: "Big.", Tier: registry.ReadOnly, Parameters: object, MaxOutputBytes: 1024},
+		Handler: registry.Func(func(context.Context, *registry.Request) (any, error) {
+			return strings.Repeat("x", 1<<20), nil
+		}),
+	}
+	st := openSQLite(t)
+	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, failing, big),
+		Spill: registry.NewSpiller(registry.SpillOptions{Store: st, MaxBytes: 1 << 20, TotalBytes: 1<<20 + 1<<19})})
+	for range 4 {
+		if res, err := e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolName: "data__fail", Arguments: json.RawMessage(`{}`)}); err != nil || res.Code() != registry.CodeTool {
+			t.Fatalf("failing call: %v %+v", err, res)
+		}
+	}
+	if n, err := st.SpillBytes(t.Context()); err != nil || n != 0 {
+		t.Errorf("the store holds %d bytes of spills given up (%v), want 0", n, err)
+	}
+	res, err := e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolName: "data__big", Arguments: json.RawMessage(`{}`)})
+	if err != nil || !strings.Contains(string(res.Output), "the full output is kept") || strings.Contains(string(res.Output), "only the first") {
+		t.Errorf("a cut output after failed calls: %v %s", err, res.Output[max(0, len(res.Output)-200):])
 	}
 }
