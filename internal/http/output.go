@@ -80,7 +80,12 @@ func (s *Server) handleGetOutput(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	for at := offset + int64(len(data)); at < offset+n; {
-		_, data, err := reader.ReadOutput(r.Context(), caller, nil, id, stream, at, int(min(offset+n-at, outputPiece)))
+		again, data, err := reader.ReadOutput(r.Context(), caller, nil, id, stream, at, int(min(offset+n-at, outputPiece)))
+		if err == nil && !sameSpill(info, again) {
+			// The call ran again under its id and its output was replaced:
+			// what follows is another output's.
+			err = errors.New("the kept output was replaced while it was read")
+		}
 		if err != nil || len(data) == 0 {
 			// The output went away (retention) or the store failed after
 			// the length was promised: end the connection short, so the
@@ -94,6 +99,11 @@ func (s *Server) handleGetOutput(w http.ResponseWriter, r *http.Request) error {
 		at += int64(len(data))
 	}
 	return nil
+}
+
+// sameSpill reports whether two reads found the same kept output.
+func sameSpill(a, b *registry.SpillInfo) bool {
+	return b != nil && a.CreatedAt.Equal(b.CreatedAt) && a.TotalBytes == b.TotalBytes && a.StoredBytes == b.StoredBytes
 }
 
 // queryInt parses an integer query parameter in [lo, hi]; empty is def.

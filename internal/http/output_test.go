@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -132,6 +133,52 @@ func TestCutOutputIsReadOn(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !bytes.Equal(body, want[kept:kept+10]) {
 		t.Errorf("GET the route the marker names: %d %q", resp.StatusCode, body)
+	}
+}
+
+// rerunning reads outputs through a real executor, and runs the call
+// again (replacing its kept output) after the first read.
+type rerunning struct {
+	*registry.Executor
+	once  sync.Once
+	rerun func()
+}
+
+func (r *rerunning) ReadOutput(ctx context.Context, caller *registry.Caller, catalog []string, id, stream string, offset int64, limit int) (*registry.SpillInfo, []byte, error) {
+	info, data, err := r.Executor.ReadOutput(ctx, caller, catalog, id, stream, offset, limit)
+	r.once.Do(r.rerun)
+	return info, data, err
+}
+
+// TestReplacedOutputBreaksTheRead: a range read while its call runs again
+// under the same id (replacing the kept output) ends short, so the client
+// never takes the spliced bytes of two outputs for one.
+func TestReplacedOutputBreaksTheRead(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	e := newEnv(t, func(d *Deps, o *registry.Options) {
+		o.Spill = registry.NewSpiller(registry.SpillOptions{Store: st})
+	})
+	if r, res := e.call("/calls", `{"toolCallId":"again","toolName":"test__big"}`); r.status != 200 || !res.Truncated {
+		t.Fatalf("first run: %d %s", r.status, r.body)
+	}
+	exec := e.srv.deps.Executor.(*registry.Executor)
+	e.srv.deps.Executor = &rerunning{Executor: exec, rerun: func() {
+		if _, err := exec.Execute(context.Background(), registry.Anonymous(), &registry.Call{ToolCallID: "again", ToolName: "test__big"}); err != nil {
+			t.Error(err)
+		}
+	}}
+	resp, err := e.ts.Client().Get(e.ts.URL + "/calls/again/output?limit=4194304")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil {
+		t.Errorf("a read across the replacement ended normally with %d of %s bytes", len(body), resp.Header.Get("Content-Length"))
 	}
 }
 
