@@ -45,6 +45,9 @@ func (s *Server) handleMCP() http.Handler {
 		MaxRequestBodyBytes:          s.deps.Limits.MaxRequestBytes,
 		PropagateRequestCancellation: true,
 		Logger:                       quiet(s.deps.Logger),
+		// loopbackHost applies the same rule to every route, and lifts
+		// it when the service takes credentials (a sidecar's name).
+		DisableLocalhostProtection: true,
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		jw := &jsonRPCErrors{ResponseWriter: w}

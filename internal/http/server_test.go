@@ -540,6 +540,30 @@ func TestLoopbackHost(t *testing.T) {
 	if r := authed.do("POST", "/calls", call, map[string]string{"Content-Type": "application/json", "Host": "tools.example.com"}, false); r.status != 401 {
 		t.Errorf("with credentials, no token: %d %s", r.status, r.body)
 	}
+	// /mcp follows the same rule (the MCP SDK's own check would refuse
+	// the proxy's name even with credentials).
+	for _, c := range []struct {
+		env    *env
+		token  string
+		status int
+	}{{e, "", 403}, {authed, "caller", 200}} {
+		req, _ := http.NewRequest("POST", c.env.ts.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		req.Host = "tools.example.com"
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := c.env.ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || (c.status == 403 && !strings.Contains(string(body), "foreign_host")) {
+			t.Errorf("/mcp under a foreign name, token %q: %d %s", c.token, resp.StatusCode, body)
+		}
+	}
 }
 
 func TestAuthentication(t *testing.T) {
