@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -110,14 +111,76 @@ func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 		c.ToolCallID = ""
 		return &c, problem(kindInvalidCall, "toolCallId is longer than 256 characters")
 	}
-	if strings.ContainsRune(c.ToolCallID, utf8.RuneError) {
+	if strings.ContainsRune(c.ToolCallID, utf8.RuneError) && !cleanText(raw) {
 		// The decoder turned invalid UTF-8 or an unpaired surrogate into
 		// U+FFFD: kept, two different ids would be one, and the answer's
-		// id would not be the one sent.
+		// id would not be the one sent. (A body with neither holds a
+		// U+FFFD of its own, which is a character like any other.)
 		c.ToolCallID = ""
 		return &c, problem(kindInvalidCall, "toolCallId is not valid UTF-8 (or holds an unpaired surrogate escape); send the id as valid UTF-8")
 	}
 	return &c, nil
+}
+
+// cleanText reports whether the JSON text b is valid UTF-8 and escapes no
+// unpaired surrogate (RFC 7493, section 2.1): whether every U+FFFD its
+// strings decode to was written as one.
+func cleanText(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	inString := false
+	for i := 0; i < len(b); i++ {
+		switch {
+		case b[i] == '"':
+			inString = !inString
+		case b[i] == '\\' && inString && i+1 < len(b):
+			if b[i+1] != 'u' {
+				i++ // \n, \", \\ and the like
+				continue
+			}
+			r, ok := hex4(b, i+2)
+			switch {
+			case !ok:
+				return false
+			case utf16.IsSurrogate(r) && r < 0xdc00:
+				// A high surrogate must be followed by a low one.
+				if i+7 >= len(b) || b[i+6] != '\\' || b[i+7] != 'u' {
+					return false
+				}
+				if lo, ok := hex4(b, i+8); !ok || lo < 0xdc00 || lo > 0xdfff {
+					return false
+				}
+				i += 11
+			case utf16.IsSurrogate(r):
+				return false // a low surrogate alone
+			default:
+				i += 5
+			}
+		}
+	}
+	return true
+}
+
+// hex4 reads the four hex digits of a \u escape at b[i:].
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 // checkStringArguments holds arguments given as a string holding JSON

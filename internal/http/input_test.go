@@ -194,12 +194,18 @@ func TestToolCallIDText(t *testing.T) {
 	if st, body := send(strings.Repeat("é", 257)); st != 400 || !strings.Contains(body, "longer than 256 characters") {
 		t.Errorf("257 characters: %d %s", st, body)
 	}
-	for _, id := range []string{"u\xff", "u\xfe", `u\udfff`, `u\ud800x`} {
+	for _, id := range []string{"u\xff", "u\xfe", `u\udfff`, `u\ud800x`, `u\ud800\ufffd`, "u\xff\xef\xbf\xbd"} {
 		if st, body := send(id); st != 400 || !strings.Contains(body, "not valid UTF-8") {
 			t.Errorf("id %q: %d %s", id, st, body)
 		}
 	}
 	if st, body := send(`u\ud83d\ude00`); st != 200 || !strings.Contains(body, `"toolCallId":"u😀"`) {
 		t.Errorf("a surrogate pair: %d %s", st, body)
+	}
+	// A U+FFFD of the id's own is a character like any other.
+	for _, id := range []string{`a\ufffdb`, "a\xef\xbf\xbdb", `a\\ud800\ufffd`} {
+		if st, body := send(id); st != 200 || !strings.Contains(body, "\ufffd") {
+			t.Errorf("id %q: %d %s", id, st, body)
+		}
 	}
 }
