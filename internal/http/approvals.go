@@ -56,6 +56,16 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 			return problem(kindUnavailable, "the call store is not answering").because(err)
 		}
 	}
+	if rec.State == registry.CallPendingApproval && rec.ApprovalID != "" {
+		// A ticket must name a request that exists: one whose filing
+		// failed (and whose record could not be withdrawn either) is
+		// filed again only when the call is sent again.
+		if _, err := st.GetApproval(r.Context(), rec.ApprovalID); errors.Is(err, registry.ErrNotFound) {
+			return problem(kindUnavailable, "the call's approval request was not filed, because the store failed while filing it; send the call again (POST /calls, same toolCallId and arguments) to file it")
+		} else if err != nil {
+			return problem(kindUnavailable, "the call store is not answering").because(err)
+		}
+	}
 	res := rec.Result
 	if res == nil || rec.State == registry.CallRunning {
 		res = &registry.Result{ToolCallID: rec.ToolCallID, ToolName: rec.ToolName, Status: registry.StatusRunning}

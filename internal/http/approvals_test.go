@@ -76,3 +76,59 @@ func TestDecisionProblems(t *testing.T) {
 		}
 	}
 }
+
+// filingFails is a real store whose approval requests, and the
+// withdrawal of their records, fail while down is set.
+type filingFails struct {
+	registry.Store
+	down atomic.Bool
+}
+
+func (f *filingFails) CreateApproval(ctx context.Context, a *registry.Approval) error {
+	if f.down.Load() {
+		return errors.New("store down")
+	}
+	return f.Store.CreateApproval(ctx, a)
+}
+
+func (f *filingFails) WithdrawCall(ctx context.Context, c, id, approvalID string) (bool, error) {
+	if f.down.Load() {
+		return false, errors.New("store down")
+	}
+	return f.Store.WithdrawCall(ctx, c, id, approvalID)
+}
+
+// TestGetCallWithUnfiledApproval: GET /calls/{id} of a call whose approval
+// request was never filed does not hand out a ticket to a request that
+// does not exist; sending the call again files it.
+func TestGetCallWithUnfiledApproval(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ff := &filingFails{Store: st}
+	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = ff })
+	body := `{"toolName":"test__priv","toolCallId":"unfiled","arguments":{"n":1}}`
+	ff.down.Store(true)
+	if r, _ := e.call("/calls", body); r.status != 503 {
+		t.Fatalf("filing while the store fails: %d %s", r.status, r.body)
+	}
+	ff.down.Store(false)
+	r := e.do("GET", "/calls/unfiled", nil, nil, true)
+	var p Problem
+	r.json(t, &p)
+	if r.status != 503 || !strings.Contains(p.Detail, "was not filed") {
+		t.Errorf("GET of a call whose request was not filed: %d %s", r.status, r.body)
+	}
+	r, res := e.call("/calls", body)
+	if r.status != 202 || res.Approval == nil {
+		t.Fatalf("sent again: %d %s", r.status, r.body)
+	}
+	if r := e.do("GET", "/calls/unfiled", nil, nil, true); r.status != 202 {
+		t.Errorf("GET once filed: %d %s", r.status, r.body)
+	}
+	if r := e.do("GET", "/approvals/"+res.Approval.ID, nil, nil, true); r.status != 200 {
+		t.Errorf("the ticket's request: %d %s", r.status, r.body)
+	}
+}
