@@ -109,7 +109,7 @@ func (t *tools) edit(ctx context.Context, req *registry.Request) (any, error) {
 	out = append(out, content[at[0]+len(old):]...)
 
 	if grow := len(out) - len(content); grow > 0 {
-		if err := noRoom(t.o.Workspace.Room(int64(grow))); err != nil {
+		if err := noRoom(t.o.Workspace.Room(int64(grow), 0), "so nothing was changed"); err != nil {
 			return nil, err
 		}
 	}
@@ -127,7 +127,7 @@ func (t *tools) edit(ctx context.Context, req *registry.Request) (any, error) {
 // changes nothing; a write that fails anyway puts old back, which fits
 // where it was.
 func rewrite(f *os.File, old, out []byte) *writeFailure {
-	if len(out) > len(old) {
+	if len(out) > len(old) || sparse(f, int64(min(len(old), len(out)))) {
 		if err := reserve(f, int64(len(out))); err != nil {
 			// A failed fallocate may have grown the file.
 			_ = f.Truncate(int64(len(old)))

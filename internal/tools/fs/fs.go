@@ -151,7 +151,7 @@ func (t *tools) openDir(req *registry.Request) (*workspace.Dir, error) {
 		owner = workspace.OwnerOf(req.Caller.ID, req.Caller.Workspace)
 	}
 	dir, err := t.o.Workspace.Open(owner, req.Context.InstanceKey)
-	if err := noRoom(err); err != nil {
+	if err := noRoom(err, "so the directory of this instanceKey was not made"); err != nil {
 		return nil, err
 	}
 	if errors.Is(err, workspace.ErrLink) {
@@ -165,13 +165,14 @@ func (t *tools) openDir(req *registry.Request) (*workspace.Dir, error) {
 }
 
 // noRoom turns the workspace's refusal to use the space it keeps free
-// into the tool's error; nil for any other error.
-func noRoom(err error) error {
+// into the tool's error, saying what became of the call (outcome); nil
+// for any other error.
+func noRoom(err error, outcome string) error {
 	var nr *workspace.NoRoomError
 	if !errors.As(err, &nr) {
 		return nil
 	}
-	return registry.ToolError(nr.Error()+", so nothing was written",
+	return registry.ToolError(nr.Error()+", "+outcome,
 		"Delete files that are no longer needed, or ask the operator for more space.")
 }
 

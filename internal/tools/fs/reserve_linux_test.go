@@ -52,20 +52,24 @@ func TestWorkspaceReserve(t *testing.T) {
 	for _, c := range []struct {
 		key, tool string
 		args      map[string]any
+		outcome   string
 	}{
-		{"", "fs__write", map[string]any{"path": "b.txt", "content": "x"}},
-		{"", "fs__edit", map[string]any{"path": "a.txt", "oldText": "hello", "newText": "hello, world"}},
-		{"new-instance", "fs__stat", map[string]any{"path": "."}},
+		{"", "fs__write", map[string]any{"path": "b.txt", "content": "x"}, "nothing was written"},
+		{"", "fs__write", map[string]any{"path": "a.txt", "content": "hello!"}, "this needs 1 more"},
+		{"", "fs__write", map[string]any{"path": "a.txt", "content": "!", "mode": "append"}, "nothing was written"},
+		{"", "fs__write", map[string]any{"path": "d1/d2/d3/c.txt", "content": ""}, "this needs 16384 more"}, // three directories and the file
+		{"", "fs__edit", map[string]any{"path": "a.txt", "oldText": "hello", "newText": "hello, world"}, "nothing was changed"},
+		{"new-instance", "fs__stat", map[string]any{"path": "."}, "the directory of this instanceKey was not made"},
 	} {
 		res := call(full, c.key, c.tool, c.args)
-		if res.Code() != registry.CodeTool || !strings.Contains(res.Error.Message, "TOOLSVC_WORKSPACE_RESERVE") || !strings.Contains(res.Error.Message, "nothing was written") {
+		if res.Code() != registry.CodeTool || !strings.Contains(res.Error.Message, "TOOLSVC_WORKSPACE_RESERVE") || !strings.Contains(res.Error.Message, c.outcome) {
 			t.Errorf("%s in %q without room: %+v", c.tool, c.key, res.Error)
 		}
 	}
 	if b, _ := os.ReadFile(filepath.Join(base, "callers", "anonymous", "default", "a.txt")); string(b) != "hello" {
 		t.Errorf("a.txt after the refused edit: %q", b)
 	}
-	for _, p := range []string{"callers/anonymous/default/b.txt", "callers/anonymous/instances/new-instance"} {
+	for _, p := range []string{"callers/anonymous/default/b.txt", "callers/anonymous/default/d1", "callers/anonymous/instances/new-instance"} {
 		if _, err := os.Lstat(filepath.Join(base, p)); !os.IsNotExist(err) {
 			t.Errorf("%s exists after a refused call: %v", p, err)
 		}
@@ -73,8 +77,11 @@ func TestWorkspaceReserve(t *testing.T) {
 	if res := call(full, "", "fs__read", map[string]any{"path": "a.txt"}); res.Status != registry.StatusOK {
 		t.Errorf("read without room: %+v", res.Error)
 	}
-	// An edit that does not grow the file needs no room.
+	// A write or an edit that does not grow the file needs no room.
 	if res := call(full, "", "fs__edit", map[string]any{"path": "a.txt", "oldText": "hello", "newText": "HELLO"}); res.Status != registry.StatusOK {
-		t.Errorf("shrinking edit without room: %+v", res.Error)
+		t.Errorf("same-size edit without room: %+v", res.Error)
+	}
+	if res := call(full, "", "fs__write", map[string]any{"path": "a.txt", "content": "hi"}); res.Status != registry.StatusOK {
+		t.Errorf("shrinking overwrite without room: %+v", res.Error)
 	}
 }

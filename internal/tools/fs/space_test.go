@@ -122,6 +122,22 @@ func TestFullDiskKeepsFiles(t *testing.T) {
 	spaceError("edit", err)
 	unchanged("edit", "e.txt", text)
 
+	// Overwriting a sparse file needs room where its holes are, though the
+	// new content is shorter than the file.
+	sparsePath := filepath.Join(disk, "sparse.bin")
+	mustWrite(t, sparsePath, "IMPORTANT ORIGINAL CONTENT\n")
+	if err := os.Truncate(sparsePath, 50<<20); err != nil {
+		t.Fatal(err)
+	}
+	err = e.fail("", "fs__write", map[string]any{"path": "small/sparse.bin", "content": string(fill(500<<10, 6))})
+	spaceError("overwrite of a sparse file", err)
+	if got, _ := os.ReadFile(sparsePath); len(got) != 50<<20 || !bytes.HasPrefix(got, []byte("IMPORTANT ORIGINAL CONTENT\n")) {
+		t.Errorf("overwrite of a sparse file: the file changed (%d bytes, starts %q)", len(got), got[:min(len(got), 30)])
+	}
+	if err := os.Remove(sparsePath); err != nil {
+		t.Fatal(err)
+	}
+
 	// With room, the same calls work.
 	if err := os.Remove(filepath.Join(disk, "e.txt")); err != nil {
 		t.Fatal(err)

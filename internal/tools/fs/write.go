@@ -93,14 +93,14 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 		mode = "overwrite"
 	}
 
-	if err := noRoom(t.o.Workspace.Room(int64(len(data)))); err != nil {
-		return nil, err
-	}
 	wd, err := t.openDir(req)
 	if err != nil {
 		return nil, err
 	}
 	defer wd.Close()
+	if err := noRoom(t.o.Workspace.Room(roomFor(wd.Root, rel, int64(len(data)), mode == "append")), "so nothing was written"); err != nil {
+		return nil, err
+	}
 	f, created, err := openForWrite(wd.Root, rel, flags, mode == "create")
 	if err != nil {
 		return nil, fileError(rel, err)
@@ -130,6 +130,35 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 	return writeResult{Path: rel, BytesWritten: n, Size: size, Created: created, Mode: mode}, nil
 }
 
+// roomFor is what writing n bytes to rel takes of the file system: what
+// the file grows by (all of n when appending or creating it), plus a
+// block and an inode for the file and for each directory to be made.
+func roomFor(root *os.Root, rel string, n int64, appending bool) (bytes, inodes int64) {
+	if fi, err := root.Stat(rel); err == nil {
+		if appending {
+			return n, 0
+		}
+		return max(0, n-fi.Size()), 0
+	}
+	// The directories that exist are a prefix of the path: find where it
+	// ends by bisection, in fewer lookups than one per level.
+	parts := strings.Split(path.Dir(rel), "/")
+	if parts[0] == "." {
+		parts = nil
+	}
+	lo, hi := 0, len(parts) // parts[:lo] exists; parts[:hi+1] does not, or hi is all
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if fi, err := root.Stat(strings.Join(parts[:mid], "/")); err == nil && fi.IsDir() {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	made := int64(len(parts)-lo) + 1
+	return n + made*4096, made
+}
+
 // writeContent writes data to f, which holds old bytes: at its end with
 // appending, else in their place. It returns the bytes written and the
 // size of the file after. A failure that leaves the file as it was says
@@ -143,8 +172,9 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 // files without fsync), which cost more than the rest of the call.
 func writeContent(f *os.File, old int64, data []byte, appending bool) (int, int64, *writeFailure) {
 	// Overwriting old bytes takes no new space, except where the new
-	// content goes past them; an empty file has nothing to lose.
-	if !appending && old > 0 && int64(len(data)) > old {
+	// content goes past them or over holes; an empty file has nothing to
+	// lose.
+	if !appending && old > 0 && (int64(len(data)) > old || sparse(f, min(old, int64(len(data))))) {
 		if err := reserve(f, int64(len(data))); err != nil {
 			// A failed fallocate may have grown the file (ext4 grows it
 			// as it goes).
@@ -169,6 +199,17 @@ func writeContent(f *os.File, old int64, data []byte, appending bool) (int, int6
 		}
 	}
 	return n, int64(n), nil
+}
+
+// sparse reports whether fewer than n bytes of f are allocated: its first
+// n bytes may hold holes, which take new space when written.
+func sparse(f *os.File, n int64) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return true
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return !ok || st.Blocks*512 < n
 }
 
 // undoWrite puts f back to its old size after a write of data that failed

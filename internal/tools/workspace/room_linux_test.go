@@ -24,7 +24,7 @@ func TestRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer open.Close()
-	if err := open.Room(1 << 40); err != nil {
+	if err := open.Room(1<<40, 0); err != nil {
 		t.Errorf("no reserve: %v", err)
 	}
 	d, err := open.Open(Owner{CallerID: "a"}, "old")
@@ -39,7 +39,10 @@ func TestRoom(t *testing.T) {
 	}
 	defer full.Close()
 	var nr *NoRoomError
-	if err := full.Room(0); !errors.As(err, &nr) || nr.Reserve != free+1<<30 || !strings.Contains(err.Error(), "TOOLSVC_WORKSPACE_RESERVE") {
+	if err := full.Room(0, 0); err != nil {
+		t.Errorf("Room for nothing: %v", err)
+	}
+	if err := full.Room(1, 0); !errors.As(err, &nr) || nr.Reserve != free+1<<30 || !strings.Contains(err.Error(), "TOOLSVC_WORKSPACE_RESERVE") {
 		t.Errorf("Room with too little free: %v", err)
 	}
 	if _, err := full.Open(Owner{CallerID: "a"}, "new"); !errors.As(err, &nr) {

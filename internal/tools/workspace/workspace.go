@@ -91,6 +91,9 @@ func New(dir string, o Options) (*Workspace, error) {
 	return &Workspace{base: abs, dir: f, cache: map[string]*entry{}, reserve: o.Reserve}, nil
 }
 
+// dirBytes is what a new directory is counted to take: a block.
+const dirBytes = 4096
+
 // minFreeInodes is how many inodes the file tools leave free: a caller
 // making empty files or directories runs out of inodes, not of bytes.
 const minFreeInodes = 4096
@@ -103,31 +106,31 @@ type NoRoomError struct {
 
 func (e *NoRoomError) Error() string {
 	if e.Inodes {
-		return fmt.Sprintf("the workspace's file system has fewer than %d inodes (files and directories) left", minFreeInodes)
+		return fmt.Sprintf("the workspace's file system would be left with fewer than %d inodes (files and directories)", minFreeInodes)
 	}
 	if e.Need == 0 {
 		return fmt.Sprintf("the workspace's file system has %d bytes free, less than the %d kept free for the service (TOOLSVC_WORKSPACE_RESERVE)", e.Free, e.Reserve)
 	}
-	return fmt.Sprintf("the workspace's file system has %d bytes free; writing %d more would leave less than the %d kept free for the service (TOOLSVC_WORKSPACE_RESERVE)", e.Free, e.Need, e.Reserve)
+	return fmt.Sprintf("the workspace's file system has %d bytes free, and this needs %d more, which would leave less than the %d kept free for the service (TOOLSVC_WORKSPACE_RESERVE)", e.Free, e.Need, e.Reserve)
 }
 
-// Room returns a *NoRoomError when writing need more bytes would leave
-// the workspace's file system with less free than the reserve, or with
-// fewer than minFreeInodes inodes; nil when it would not, when there is
-// no reserve, or when the file system cannot say.
-func (w *Workspace) Room(need int64) error {
-	if w.reserve <= 0 {
-		return nil
+// Room returns a *NoRoomError when taking need more bytes and inodes more
+// inodes would leave the workspace's file system with less free than the
+// reserve, or with fewer than minFreeInodes inodes; nil when it would not,
+// when there is no reserve, or when the file system cannot say.
+func (w *Workspace) Room(need, inodes int64) error {
+	if w.reserve <= 0 || need <= 0 && inodes <= 0 {
+		return nil // nothing is taken
 	}
-	bytes, inodes, ok := freeSpace(w.dir)
+	freeBytes, freeInodes, ok := freeSpace(w.dir)
 	if !ok {
 		return nil
 	}
-	if inodes >= 0 && inodes < minFreeInodes {
-		return &NoRoomError{Free: bytes, Need: need, Reserve: w.reserve, Inodes: true}
+	if freeInodes >= 0 && freeInodes-inodes < minFreeInodes {
+		return &NoRoomError{Free: freeBytes, Need: need, Reserve: w.reserve, Inodes: true}
 	}
-	if bytes-need < w.reserve {
-		return &NoRoomError{Free: bytes, Need: need, Reserve: w.reserve}
+	if freeBytes-need < w.reserve {
+		return &NoRoomError{Free: freeBytes, Need: need, Reserve: w.reserve}
 	}
 	return nil
 }
@@ -321,10 +324,10 @@ func (w *Workspace) releaseLocked(e *entry) {
 // openChild opens the directory name directly beneath parent, creating
 // it if missing (when room says there is room for one), never through a
 // link.
-func openChild(parent *os.Root, name string, room func(need int64) error) (*os.Root, error) {
+func openChild(parent *os.Root, name string, room func(need, inodes int64) error) (*os.Root, error) {
 	fi, err := parent.Lstat(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		if err := room(0); err != nil {
+		if err := room(dirBytes, 1); err != nil {
 			return nil, err
 		}
 		if err := parent.Mkdir(name, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
