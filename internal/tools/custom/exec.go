@@ -14,6 +14,8 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/sandbox"
@@ -191,7 +193,14 @@ func (b *execBackend) run(ctx context.Context, req *registry.Request, export str
 func exitError(code int, stderr string) error {
 	what := fmt.Sprintf("the program exited with status %d", code)
 	if code > 128 && code < 128+65 {
-		what = fmt.Sprintf("the program was killed by %s (exit status %d)", syscall.Signal(code-128), code)
+		// The shell's convention: a program killed by signal n, or one
+		// that exited with 128+n itself, which nobody can tell apart.
+		sig := syscall.Signal(code - 128)
+		name := unix.SignalName(sig)
+		if name == "" {
+			name = fmt.Sprintf("signal %d", code-128)
+		}
+		what = fmt.Sprintf("the program ended with status %d: killed by %s (%s), or it exited with that status itself", code, name, sig)
 	}
 	msg := strings.TrimSpace(stderr)
 	if msg == "" {
