@@ -75,6 +75,11 @@ func (t *tools) edit(ctx context.Context, req *registry.Request) (any, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, registry.ToolError(fmt.Sprintf("%s is not a regular file (%s)", quoteShort(rel), fi.Mode().Type()), "Only regular text files can be edited.")
 	}
+	unlock, err := t.files.lock(ctx, rel, fi)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	limit := t.o.MaxWriteBytes
 	if fi.Size() > limit {
 		return nil, registry.ToolError(fmt.Sprintf("%s has %d bytes; fs__edit changes files of at most %d bytes", quoteShort(rel), fi.Size(), limit),

@@ -104,7 +104,8 @@ func Tools(o Options) []*registry.Tool {
 
 // tools holds what every handler shares.
 type tools struct {
-	o Options
+	o     Options
+	files fileLocks
 }
 
 func (t *tools) define(export, description string, tier registry.Tier, schema string, ann *registry.Annotations, h registry.Func) *registry.Tool {

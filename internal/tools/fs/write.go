@@ -113,6 +113,14 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, registry.ToolError(fmt.Sprintf("%s is not a regular file (%s)", quoteShort(rel), fi.Mode().Type()), "Only regular files can be written.")
 	}
+	unlock, err := t.files.lock(ctx, rel, fi)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if fi, err = f.Stat(); err != nil { // another call may have written it meanwhile
+		return nil, fileError(rel, err)
+	}
 	n, size, failed := writeContent(f, fi.Size(), data, mode == "append")
 	if failed != nil {
 		if created {
