@@ -371,8 +371,12 @@ func (e *Executor) decideApproval(ctx context.Context, approver *Caller, id stri
 	rec, err := e.store.GetCall(ctx, a.CallerID, a.ToolCallID)
 	if a.Status == ApprovalExpired && (errors.Is(err, ErrNotFound) || err == nil && rec.ApprovalID != a.ID) {
 		// No call waited for the request (its record was withdrawn, and
-		// perhaps filed again under another request): nothing ran.
-		return a, ApprovalExpiredResult(a.ToolCallID, a.ToolName), nil
+		// perhaps filed again under another request): nothing ran. Not
+		// "nobody approved in time": the approver just did.
+		res := ApprovalExpiredResult(a.ToolCallID, a.ToolName)
+		res.Error.Message = fmt.Sprintf("nothing ran: no call to tool %s waits for this request any more (its filing failed and the call was withdrawn, or filed again under another request)", a.ToolName)
+		res.Error.Suggestion = "Look for another pending request of the same call, or send the call again."
+		return a, res, nil
 	}
 	if err == nil && rec.State == CallRunning {
 		wctx, cancel := context.WithTimeout(ctx, e.wait)

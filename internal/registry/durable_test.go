@@ -255,7 +255,8 @@ func TestRequestWithoutItsCallRunsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, out, err := e.Decide(t.Context(), caller, stale.ID, registry.VerdictApprove, "")
-	if err != nil || a.Status != registry.ApprovalExpired || out.Code() != registry.CodeApprovalExpired || runs.Load() != 0 {
+	if err != nil || a.Status != registry.ApprovalExpired || out.Code() != registry.CodeApprovalExpired || runs.Load() != 0 ||
+		!strings.HasPrefix(out.Error.Message, "nothing ran: no call") {
 		t.Fatalf("approving a request no call waits for: %v %+v %+v (runs %d)", err, a, out, runs.Load())
 	}
 	if _, out, err := e.Decide(t.Context(), caller, own.ID, registry.VerdictApprove, ""); err != nil || out.Status != registry.StatusOK || runs.Load() != 1 {
