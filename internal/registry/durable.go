@@ -190,7 +190,17 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 				Approval: &ApprovalTicket{ID: rec.ApprovalID, ExpiresAt: rec.ExpiresAt, ArgumentsDigest: rec.ArgumentsDigest}}
 		}
 	}
-	if err := e.store.CreateApproval(ctx, a); err != nil {
+	file := e.store.CreateApproval
+	if r, ok := e.store.(ApprovalRefiler); ok && !created {
+		// Filed again only while the record waits for it: a withdrawal
+		// of the record at the same moment must not leave a request no
+		// call waits for, named by a ticket to a record that is gone.
+		file = r.RefileApproval
+	}
+	if err := file(ctx, a); err != nil {
+		if !created && errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("%w: the call's record was withdrawn while its approval request was filed again; send the call again", ErrUnavailable)
+		}
 		if _, gerr := e.store.GetApproval(ctx, a.ID); gerr == nil {
 			// Filed all the same: by another call filing this record, or
 			// the write committed though its answer was lost.

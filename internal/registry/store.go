@@ -336,3 +336,12 @@ func ApprovalExpiredResult(toolCallID, toolName string) *Result {
 		Suggestion: "Ask the user to approve the action, then call again with a new toolCallId.",
 	}}
 }
+
+// ApprovalRefiler is what a Store may offer for filing again the request
+// of a pending record found without it: RefileApproval stores a only
+// while the call's record is pending under a.ID (ErrNotFound otherwise),
+// serialised with WithdrawCall, so that no request is filed for a record
+// being withdrawn at the same moment.
+type ApprovalRefiler interface {
+	RefileApproval(ctx context.Context, a *Approval) error
+}

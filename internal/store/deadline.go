@@ -28,6 +28,17 @@ func (t *deadlined) ctx(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, t.d)
 }
 
+// RefileApproval implements registry.ApprovalRefiler, with CreateApproval
+// where s does not.
+func (t *deadlined) RefileApproval(ctx context.Context, a *registry.Approval) error {
+	ctx, cancel := t.ctx(ctx)
+	defer cancel()
+	if r, ok := t.s.(registry.ApprovalRefiler); ok {
+		return r.RefileApproval(ctx, a)
+	}
+	return t.s.CreateApproval(ctx, a)
+}
+
 func (t *deadlined) BeginCall(ctx context.Context, rec *registry.CallRecord) (*registry.CallRecord, bool, error) {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()

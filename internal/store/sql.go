@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +52,9 @@ type Dialect struct {
 	// KeepLeased says Interrupt leaves the calls this process holds a
 	// lease on, whatever Lapsed says.
 	KeepLeased bool
+	// ForUpdate locks the rows a SELECT reads until the transaction ends
+	// (" FOR UPDATE"); empty where write transactions run one at a time.
+	ForUpdate string
 }
 
 // SQL is the logic both SQL stores share: reading records, listings,
@@ -335,7 +339,18 @@ func (s *SQL) DecideApproval(ctx context.Context, id string, v registry.Verdict,
 func (s *SQL) WithdrawCall(ctx context.Context, callerID, toolCallID, approvalID string) (bool, error) {
 	var n int64
 	err := s.InTx(ctx, func(tx Tx) error {
-		var err error
+		// The record's lock first: a request filed again at the same time
+		// (RefileApproval) holds it until its insert commits, and the
+		// DELETE, a statement of its own, then sees that request.
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM calls WHERE caller_id = $1 AND tool_call_id = $2`+s.ForUpdate,
+			callerID, toolCallID).Scan(&one)
+		if errors.Is(found(err), registry.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 		n, err = tx.Exec(ctx, `DELETE FROM calls WHERE caller_id = $1 AND tool_call_id = $2
 				AND CASE state WHEN 'pending_approval' THEN approval_id = $3 ELSE false END
 				AND NOT EXISTS (SELECT 1 FROM approvals WHERE id = $3)`,
@@ -352,6 +367,26 @@ func (s *SQL) WithdrawCall(ctx context.Context, callerID, toolCallID, approvalID
 		s.Hub.Notify(Key(callerID, toolCallID))
 	}
 	return n == 1, nil
+}
+
+// RefileApproval implements registry.ApprovalRefiler: it files a's
+// request only while the call's record is pending under a.ID, holding the
+// record's lock (see WithdrawCall) until the insert commits.
+func (s *SQL) RefileApproval(ctx context.Context, a *registry.Approval, filed []byte, now time.Time) error {
+	return s.InTx(ctx, func(tx Tx) error {
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM calls WHERE caller_id = $1 AND tool_call_id = $2
+				AND state = 'pending_approval' AND approval_id = $3`+s.ForUpdate,
+			a.CallerID, a.ToolCallID, a.ID).Scan(&one)
+		if errors.Is(found(err), registry.ErrNotFound) {
+			return fmt.Errorf("%w: no record of call %s waits for request %s", registry.ErrNotFound, a.ToolCallID, a.ID)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, InsertApprovalSQL, s.InsertApprovalArgs(a, filed, now)...)
+		return err
+	})
 }
 
 // notDecided answers a decision that found no pending, unexpired request:

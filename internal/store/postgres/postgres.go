@@ -184,7 +184,8 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 			Announce: s.announce,
 			// Its lease has lapsed, or this replica (under a stable
 			// InstanceID) started it in an earlier life.
-			Lapsed: `(expires_at <= $1 OR (owner = $2 AND updated_at < $3))`,
+			Lapsed:    `(expires_at <= $1 OR (owner = $2 AND updated_at < $3))`,
+			ForUpdate: " FOR UPDATE",
 		},
 		Read:  runner{s.pool},
 		Write: runner{s.pool},
@@ -688,6 +689,16 @@ func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error 
 		return fmt.Errorf("postgres store: approval %s already exists", a.ID)
 	}
 	return err
+}
+
+// RefileApproval implements registry.ApprovalRefiler.
+func (s *Store) RefileApproval(ctx context.Context, a *registry.Approval) error {
+	now := s.clock()
+	filed, err := store.NewApproval(a, now)
+	if err != nil {
+		return err
+	}
+	return s.sql.RefileApproval(ctx, a, filed, now)
 }
 
 // GetApproval implements registry.Store.

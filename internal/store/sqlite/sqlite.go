@@ -563,6 +563,17 @@ func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error 
 	return err
 }
 
+// RefileApproval implements registry.ApprovalRefiler. SQLite runs one
+// write transaction at a time, so it needs no row lock.
+func (s *Store) RefileApproval(ctx context.Context, a *registry.Approval) error {
+	now := s.clock()
+	filed, err := store.NewApproval(a, now)
+	if err != nil {
+		return err
+	}
+	return s.sql.RefileApproval(ctx, a, filed, now)
+}
+
 // GetApproval implements registry.Store.
 func (s *Store) GetApproval(ctx context.Context, id string) (*registry.Approval, error) {
 	return s.sql.GetApproval(ctx, id)

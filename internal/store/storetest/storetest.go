@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) registry.Store) {
 		{"ApprovalDeny", testApprovalDeny},
 		{"DecideApprovalRace", testDecideRace},
 		{"WithdrawCall", testWithdrawCall},
+		{"RefileApproval", testRefileApproval},
 		{"DecideMovesOnlyItsOwnCall", testDecideOwnCall},
 		{"ApprovalExpiry", testApprovalExpiry},
 		{"ExpireApprovals", testExpireApprovals},
@@ -835,6 +836,38 @@ func testDecideRace(t *testing.T, s registry.Store) {
 // testWithdrawCall: the pending record of a request that was not filed
 // goes, and the call can be filed anew; a record whose request exists, or
 // that is not pending under the request named, stays.
+// testRefileApproval: a request is filed again only while its call's
+// record waits for it.
+func testRefileApproval(t *testing.T, s registry.Store) {
+	r, ok := s.(registry.ApprovalRefiler)
+	if !ok {
+		t.Skip("this store files no request again")
+	}
+	ctx := t.Context()
+	expires := time.Now().Add(time.Hour)
+	rec := pending("alice", "rf-1", "rf-appr-1", expires)
+	mustBegin(t, s, rec, true)
+	if err := r.RefileApproval(ctx, approvalFor(rec)); err != nil {
+		t.Fatalf("filing the request a pending record waits for: %v", err)
+	}
+	if a, err := s.GetApproval(ctx, "rf-appr-1"); err != nil || a.Status != registry.ApprovalPending {
+		t.Fatalf("the request filed again: %+v, %v", a, err)
+	}
+	other := pending("alice", "rf-2", "rf-appr-2", expires)
+	mustBegin(t, s, other, true)
+	for _, a := range []*registry.Approval{
+		approvalFor(pending("alice", "rf-none", "rf-appr-none", expires)), // no record at all
+		approvalFor(pending("alice", "rf-2", "rf-appr-other", expires)),   // a record waiting for another request
+	} {
+		if err := r.RefileApproval(ctx, a); !errors.Is(err, registry.ErrNotFound) {
+			t.Errorf("filing %s, which no record waits for: %v, want ErrNotFound", a.ID, err)
+		}
+		if _, err := s.GetApproval(ctx, a.ID); !errors.Is(err, registry.ErrNotFound) {
+			t.Errorf("request %s was filed: %v", a.ID, err)
+		}
+	}
+}
+
 func testWithdrawCall(t *testing.T, s registry.Store) {
 	ctx := t.Context()
 	expires := time.Now().Add(time.Hour)
