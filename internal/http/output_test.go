@@ -136,6 +136,19 @@ func TestCutOutputIsReadOn(t *testing.T) {
 	}
 }
 
+// spillEnv is an env whose executor keeps cut outputs in a SQLite store.
+func spillEnv(t *testing.T) (*env, *sqlite.Store) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return newEnv(t, func(d *Deps, o *registry.Options) {
+		o.Spill = registry.NewSpiller(registry.SpillOptions{Store: st})
+	}), st
+}
+
 // rerunning reads outputs through a real executor, and runs the call
 // again (replacing its kept output) after the first read.
 type rerunning struct {
@@ -154,14 +167,7 @@ func (r *rerunning) ReadOutput(ctx context.Context, caller *registry.Caller, cat
 // under the same id (replacing the kept output) ends short, so the client
 // never takes the spliced bytes of two outputs for one.
 func TestReplacedOutputBreaksTheRead(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	e := newEnv(t, func(d *Deps, o *registry.Options) {
-		o.Spill = registry.NewSpiller(registry.SpillOptions{Store: st})
-	})
+	e, _ := spillEnv(t)
 	if r, res := e.call("/calls", `{"toolCallId":"again","toolName":"test__big"}`); r.status != 200 || !res.Truncated {
 		t.Fatalf("first run: %d %s", r.status, r.body)
 	}
@@ -185,14 +191,7 @@ func TestReplacedOutputBreaksTheRead(t *testing.T) {
 // TestMCPCutOutputLinksToIt: over /mcp a cut result carries a
 // resource_link that fetches the whole output.
 func TestMCPCutOutputLinksToIt(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	e := newEnv(t, func(d *Deps, o *registry.Options) {
-		o.Spill = registry.NewSpiller(registry.SpillOptions{Store: st})
-	})
+	e, st := spillEnv(t)
 	cs, err := mcpSession(t, e, "")
 	if err != nil {
 		t.Fatal(err)

@@ -372,7 +372,12 @@ func (s *SQL) WithdrawCall(ctx context.Context, callerID, toolCallID, approvalID
 // RefileApproval implements registry.ApprovalRefiler: it files a's
 // request only while the call's record is pending under a.ID, holding the
 // record's lock (see WithdrawCall) until the insert commits.
-func (s *SQL) RefileApproval(ctx context.Context, a *registry.Approval, filed []byte, now time.Time) error {
+func (s *SQL) RefileApproval(ctx context.Context, a *registry.Approval) error {
+	now := s.Clock()
+	filed, err := NewApproval(a, now)
+	if err != nil {
+		return err
+	}
 	return s.InTx(ctx, func(tx Tx) error {
 		var one int
 		err := tx.QueryRow(ctx, `SELECT 1 FROM calls WHERE caller_id = $1 AND tool_call_id = $2

@@ -693,12 +693,7 @@ func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error 
 
 // RefileApproval implements registry.ApprovalRefiler.
 func (s *Store) RefileApproval(ctx context.Context, a *registry.Approval) error {
-	now := s.clock()
-	filed, err := store.NewApproval(a, now)
-	if err != nil {
-		return err
-	}
-	return s.sql.RefileApproval(ctx, a, filed, now)
+	return s.sql.RefileApproval(ctx, a)
 }
 
 // GetApproval implements registry.Store.
