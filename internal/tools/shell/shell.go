@@ -434,6 +434,9 @@ func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
 // ceiling (the Go runtime says "out of memory" when RLIMIT_DATA refuses
 // it more), another limit, or a signal.
 func (t *tool) died(res sandbox.Result, stderr string) error {
+	// What the runtime said is the operator's to read, whatever the model
+	// is told.
+	t.log.Warn("shell: the interpreter ended without reporting", "exitCode", res.ExitCode, "stderr", clip(string(res.Stderr), 2000))
 	if isOutOfMemory(stderr) || isOutOfMemory(string(res.Stderr)) {
 		return registry.ToolError(
 			fmt.Sprintf("the command line needed more memory than the limit of %d bytes (TOOLSVC_TOOL_MEMORY_LIMIT) and was stopped", t.memLimit),
