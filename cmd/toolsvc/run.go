@@ -492,8 +492,13 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		OpenAPI:        api.OpenAPI(),
 		Limits:         toolhttp.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxJSONDepth: cfg.MaxJSONDepth},
 		ReadyDetails:   map[string]any{"sandbox": a.sandbox.Status(), "mcp": mcp.Readiness()},
-		Ready:          map[string]toolhttp.Check{"store": st.Ping},
-		Batch:          batchOptions(cfg),
+		Ready: map[string]toolhttp.Check{"store": func(ctx context.Context) error {
+			if err := st.Ping(ctx); err != nil {
+				return err
+			}
+			return store.Failing(st)
+		}},
+		Batch: batchOptions(cfg),
 		Console: toolhttp.Console{Disabled: !cfg.UI, Key: uiKey, SessionTTL: cfg.UISessionTTL,
 			SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://")},
 		Version: version,

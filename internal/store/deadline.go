@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -22,6 +24,53 @@ func WithDeadline(s registry.Store, d time.Duration) registry.Store {
 type deadlined struct {
 	s registry.Store
 	d time.Duration
+
+	// failures counts the call writes (BeginCall, FinishCall) that failed
+	// in a row; last is the newest failure. See Failing.
+	failures atomic.Int32
+	last     atomic.Pointer[writeFailure]
+}
+
+type writeFailure struct {
+	at  time.Time
+	err error
+}
+
+// failingAfter is how many call writes in a row must fail, and
+// failingFor how recent the last must be, for Failing to report them.
+const (
+	failingAfter = 3
+	failingFor   = 30 * time.Second
+)
+
+// Failing reports the newest error when the last failingAfter writes of
+// call records failed, the newest within failingFor: the store answers
+// its readiness probe (which writes a row of its own) while the calls'
+// writes fail, as with a corrupted database file or a locked table.
+// Without writes for failingFor it reports nothing again, so a replica
+// taken out of rotation is tried once more.
+func Failing(s registry.Store) error {
+	t, ok := s.(*deadlined)
+	if !ok || t.failures.Load() < failingAfter {
+		return nil
+	}
+	f := t.last.Load()
+	if f == nil || time.Since(f.at) > failingFor {
+		return nil
+	}
+	return fmt.Errorf("the last %d writes of call records failed: %w", t.failures.Load(), f.err)
+}
+
+// note counts the outcome of a call write. A write its caller gave up on
+// (the client left) says nothing about the store.
+func (t *deadlined) note(caller context.Context, err error) {
+	switch {
+	case err == nil:
+		t.failures.Store(0)
+	case caller.Err() == nil:
+		t.last.Store(&writeFailure{at: time.Now(), err: err})
+		t.failures.Add(1)
+	}
 }
 
 func (t *deadlined) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -39,16 +88,20 @@ func (t *deadlined) RefileApproval(ctx context.Context, a *registry.Approval) er
 	return t.s.CreateApproval(ctx, a)
 }
 
-func (t *deadlined) BeginCall(ctx context.Context, rec *registry.CallRecord) (*registry.CallRecord, bool, error) {
-	ctx, cancel := t.ctx(ctx)
+func (t *deadlined) BeginCall(caller context.Context, rec *registry.CallRecord) (*registry.CallRecord, bool, error) {
+	ctx, cancel := t.ctx(caller)
 	defer cancel()
-	return t.s.BeginCall(ctx, rec)
+	stored, created, err := t.s.BeginCall(ctx, rec)
+	t.note(caller, err)
+	return stored, created, err
 }
 
-func (t *deadlined) FinishCall(ctx context.Context, callerID, toolCallID string, res *registry.Result, audit *registry.AuditEntry) (*registry.CallRecord, bool, error) {
-	ctx, cancel := t.ctx(ctx)
+func (t *deadlined) FinishCall(caller context.Context, callerID, toolCallID string, res *registry.Result, audit *registry.AuditEntry) (*registry.CallRecord, bool, error) {
+	ctx, cancel := t.ctx(caller)
 	defer cancel()
-	return t.s.FinishCall(ctx, callerID, toolCallID, res, audit)
+	stored, ok, err := t.s.FinishCall(ctx, callerID, toolCallID, res, audit)
+	t.note(caller, err)
+	return stored, ok, err
 }
 
 func (t *deadlined) GetCall(ctx context.Context, callerID, toolCallID string) (*registry.CallRecord, error) {
