@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
@@ -53,17 +52,6 @@ func decodeBatch(raw []byte) (*wireBatch, error) {
 		return nil, problem(kindInvalidBatch, fmt.Sprintf("the batch holds %d calls; at most %d are allowed, so split it", n, registry.MaxBatchCalls))
 	}
 	return &b, nil
-}
-
-// closestOf returns the one of names within two edits of member, or "".
-func closestOf(member string, names ...string) string {
-	best, bestDist := "", 3
-	for _, n := range names {
-		if d := registry.EditDistance(strings.ToLower(member), n); d < bestDist {
-			best, bestDist = n, d
-		}
-	}
-	return best
 }
 
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) error {

@@ -272,14 +272,22 @@ func closestMember(member string) string {
 	if want := memberAlias(member); want != "" {
 		return want
 	}
+	return closestOf(member, callMembers()...)
+}
+
+// closestOf returns the one of names that member most likely meant: one
+// it begins (three characters at least), or the nearest within two edits,
+// case aside; "" when none is.
+func closestOf(member string, names ...string) string {
+	lu := strings.ToLower(member)
 	best, bestDist := "", 3 // at most two edits
-	for _, m := range callMembers() {
-		lm, lu := strings.ToLower(m), strings.ToLower(member)
-		if len(lu) >= 3 && strings.HasPrefix(lm, lu) {
-			return m
+	for _, n := range names {
+		ln := strings.ToLower(n)
+		if len(lu) >= 3 && strings.HasPrefix(ln, lu) {
+			return n
 		}
-		if d := registry.EditDistance(lu, lm); d < bestDist {
-			best, bestDist = m, d
+		if d := registry.EditDistance(lu, ln); d < bestDist {
+			best, bestDist = n, d
 		}
 	}
 	return best

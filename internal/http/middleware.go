@@ -63,7 +63,7 @@ func (s *Server) loopbackHost(next http.Handler) http.Handler {
 		if s.identity() == nil && !isLoopback(r.Host) {
 			if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && local != nil && isLoopback(local.String()) {
 				s.writeProblem(w, r, problem(kindForeignHost, fmt.Sprintf(
-					"this server takes requests without credentials on a loopback address, so it answers only requests for localhost, 127.0.0.1 or [::1], not for %q", r.Host)))
+					"this server takes requests without credentials on a loopback address, so it answers only requests for localhost, 127.0.0.1 or [::1], not for %q", r.Host[:min(len(r.Host), 256)])))
 				return
 			}
 		}

@@ -49,6 +49,7 @@ const (
 // writes fail, as with a corrupted database file or a locked table.
 // Without writes for failingFor it reports nothing again, so a replica
 // taken out of rotation is tried once more.
+// Only a store WithDeadline wrapped is watched: any other reports nothing.
 func Failing(s registry.Store) error {
 	t, ok := s.(*deadlined)
 	if !ok || t.failures.Load() < failingAfter {
