@@ -69,7 +69,7 @@ type Options struct {
 // Store is the embedded store. It implements registry.Store.
 type Store struct {
 	w, r   *sql.DB
-	lock   *os.File
+	lock   locks
 	id     string
 	now    func() time.Time
 	lease  time.Duration
@@ -102,12 +102,8 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite store: %w", err)
 	}
-	lock, err := os.OpenFile(abs+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	lock, err := lockStore(abs)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite store: %w", err)
-	}
-	if err := lockFile(lock); err != nil {
-		lock.Close()
 		return nil, fmt.Errorf("sqlite store: %w", err)
 	}
 	s := &Store{
@@ -706,6 +702,40 @@ func (s *Store) checkpoints(ctx context.Context, every time.Duration) {
 		}
 		cancel()
 	}
+}
+
+// locks are the files whose flock keeps a second process out of a store.
+type locks []*os.File
+
+// lockStore locks the store's lock file and its database file, so that
+// removing the lock file behind a running process does not let a second
+// one in. SQLite's own locks are fcntl locks, which flock leaves alone.
+// But closing any descriptor of the database drops the process's fcntl
+// locks on it, so the one taken here must stay open until SQLite's
+// connections are closed: Close closes it last.
+func lockStore(db string) (locks, error) {
+	var l locks
+	for _, name := range []string{db + ".lock", db} {
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o600)
+		if err == nil {
+			l = append(l, f)
+			err = lockFile(f)
+		}
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// Close releases the locks.
+func (l locks) Close() error {
+	var errs []error
+	for _, f := range l {
+		errs = append(errs, f.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Close implements registry.Store: it stops renewing leases, closes the

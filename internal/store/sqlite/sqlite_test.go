@@ -65,6 +65,25 @@ func TestSecondOpenIsRefused(t *testing.T) {
 	open(t, path, sqlite.Options{})
 }
 
+// TestLockOutlivesItsFile: removing the lock file behind a running
+// process does not let a second one open the store, since the database
+// file itself is locked too.
+func TestLockOutlivesItsFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "toolsvc.db")
+	open(t, path, sqlite.Options{})
+	if err := os.Remove(path + ".lock"); err != nil {
+		t.Fatal(err)
+	}
+	second, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err == nil {
+		second.Close()
+		t.Fatal("a second Open succeeded once the lock file was removed")
+	}
+	if !strings.Contains(err.Error(), path+" is locked by another process") {
+		t.Fatalf("second Open: %v, want the database named as locked", err)
+	}
+}
+
 func TestFilesAreCreatedPrivate(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	open(t, filepath.Join(dir, "toolsvc.db"), sqlite.Options{})
