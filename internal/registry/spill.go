@@ -409,18 +409,27 @@ func (r *Request) mayCall(name string) bool {
 	return ok && r.Caller.Sees(&t.Definition) && (len(r.Catalog) == 0 || containsString(r.Catalog, name))
 }
 
+// CountPast bounds how much of a cut stream CountRest reads only to count
+// it: past what its spill keeps, or past the cut when nothing is kept. A
+// size is worth a few MiB of reading, not the whole of an endless body.
+const CountPast = 8 << 20
+
 // CountRest counts a stream that was cut after read: it reads the rest
-// from rest, at most bound bytes more and within ctx, spilling the whole
-// stream when this service keeps spills. It returns the stream's size,
-// whether that size is exact (false when bound stopped the count or the
-// read failed), and the spill (nil when none was kept).
+// from rest, within ctx, spilling the whole stream when this service
+// keeps spills. It reads at most bound bytes more, and at most CountPast
+// beyond what the spill keeps. It returns the stream's size, whether that
+// size is exact (false when a bound stopped the count or the read
+// failed), and the spill (nil when none was kept).
 func (r *Request) CountRest(ctx context.Context, stream string, read []byte, rest io.Reader, bound int64) (total int64, exact bool, spill *SpillInfo) {
 	var w io.Writer = io.Discard
+	keep := int64(0)
 	sink := r.SpillStream(ctx, stream)
 	if sink != nil {
 		_, _ = sink.Write(read)
 		w = sink
+		keep = max(sink.limit-int64(len(read)), 0)
 	}
+	bound = min(bound, keep+CountPast)
 	n, err := io.Copy(w, io.LimitReader(rest, bound))
 	if sink != nil {
 		spill, _ = sink.Close() // a failed spill is logged; the marker says it was not kept

@@ -75,3 +75,48 @@ func TestUnclosedSpillsAreGivenBack(t *testing.T) {
 		t.Errorf("a cut output after failed calls: %v %s", err, res.Output[max(0, len(res.Output)-200):])
 	}
 }
+
+// endless is a body that never ends, counting what was read of it.
+type endless struct{ n int64 }
+
+func (e *endless) Read(p []byte) (int, error) {
+	clear(p)
+	e.n += int64(len(p))
+	return len(p), nil
+}
+
+// TestCountRestStopsPastWhatIsKept: counting a cut stream reads at most
+// CountPast beyond what its spill keeps (or beyond the cut when nothing
+// is kept), however large the caller's bound, and says the count is not
+// exact.
+func TestCountRestStopsPastWhatIsKept(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		spill *registry.Spiller
+		keep  int64
+	}{
+		{"nothing kept", nil, 0},
+		{"kept up to the spill limit", registry.NewSpiller(registry.SpillOptions{Store: openSQLite(t), MaxBytes: 1 << 20}), 1 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := &endless{}
+			var total int64
+			var exact bool
+			counter := &registry.Tool{
+				Definition: registry.Definition{Name: "data__count", Description: "Counts.", Tier: registry.ReadOnly, Parameters: object},
+				Handler: registry.Func(func(ctx context.Context, r *registry.Request) (any, error) {
+					total, exact, _ = r.CountRest(ctx, "body", []byte("head"), body, 256<<20)
+					return "ok", nil
+				}),
+			}
+			e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, counter), Spill: c.spill})
+			if _, err := e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolName: "data__count", Arguments: json.RawMessage(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+			want := max(c.keep-4, 0) + registry.CountPast
+			if body.n < want || body.n > want+64<<10 || total != 4+want || exact {
+				t.Errorf("read %d bytes of an endless body and counted %d (exact %v); want %d read, counted %d, not exact", body.n, total, exact, want, 4+want)
+			}
+		})
+	}
+}
