@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/toolsvc/toolsvc/internal/notify"
+	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
 const hookSecret = "console-test-hook-secret"
@@ -539,5 +540,37 @@ func TestConsoleShowsTraceID(t *testing.T) {
 	status, html, _ = b.get("/ui/calls/untraced?caller=anonymous")
 	if m := traceRow.FindStringSubmatch(html); status != 200 || m == nil || m[1] == traceID {
 		t.Errorf("page of a call without a traceparent = %d, trace id %v; want one of its own:\n%s", status, m, html)
+	}
+}
+
+// TestDoneCallDropsLongArguments: a finished call keeps arguments of at
+// most registry.KeptArgumentsBytes. A large fs__write's content is not
+// kept in its record (the console says so, and shows the short call's
+// arguments), and a repeat of it is still answered from the record.
+func TestDoneCallDropsLongArguments(t *testing.T) {
+	in := start(t, "TOOLSVC_LOG_LEVEL=warn")
+	big := strings.Repeat("x", registry.KeptArgumentsBytes)
+	bodies := map[string]string{
+		"long":  `{"toolCallId":"long","toolName":"fs__write","arguments":{"path":"long.txt","content":"` + big + `"}}`,
+		"short": `{"toolCallId":"short","toolName":"fs__write","arguments":{"path":"short.txt","content":"kept here"}}`,
+	}
+	for id, body := range bodies {
+		for range 2 { // the second is a repeat, answered from the record
+			if status, res := apiCall(t, in.base, "", body); status != http.StatusOK || res["status"] != "ok" {
+				t.Fatalf("call %s = %d %v", id, status, res)
+			}
+		}
+	}
+	b := newBrowser(t, in.base)
+	status, html, _ := b.get("/ui/calls/long?caller=anonymous")
+	if status != 200 || !strings.Contains(html, "Not kept: a finished call keeps arguments of at most 65536 bytes") || strings.Contains(html, big[:1000]) {
+		t.Errorf("page of the long call = %d, want the arguments said not kept:\n%.2000s", status, html)
+	}
+	if status, html, _ = b.get("/ui/calls/short?caller=anonymous"); status != 200 || !strings.Contains(html, "kept here") {
+		t.Errorf("page of the short call = %d, want its arguments:\n%.2000s", status, html)
+	}
+	_, res := apiCall(t, in.base, "", `{"toolName":"fs__stat","arguments":{"path":"long.txt"}}`)
+	if out, _ := res["output"].(map[string]any); out["size"] != float64(len(big)) {
+		t.Errorf("fs__stat of long.txt = %v, want %d bytes", res, len(big))
 	}
 }

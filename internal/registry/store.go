@@ -35,7 +35,9 @@ type CallRecord struct {
 	// SHA-256 of their canonical JSON); a repeat with another digest or tool
 	// name is a 409.
 	ArgumentsDigest string `json:"argumentsDigest"`
-	// Arguments is the validated arguments object, exactly as run.
+	// Arguments is the validated arguments object, exactly as run. Once
+	// the call is done it is empty when the arguments were longer than
+	// KeptArgumentsBytes: the digest still tells a repeat from a conflict.
 	Arguments json.RawMessage `json:"arguments,omitempty"`
 	Context   CallContext     `json:"context,omitzero"`
 	State     CallState       `json:"state"`
@@ -59,6 +61,12 @@ type CallRecord struct {
 	// the record; empty when the call had no trace.
 	TraceID string `json:"traceId,omitempty"`
 }
+
+// KeptArgumentsBytes bounds the arguments a done call's record keeps.
+// Longer ones (a large fs__write, say) are dropped when the call is
+// finished, so the store does not hold a second copy of every large
+// file written for as long as it keeps results.
+const KeptArgumentsBytes = 64 << 10
 
 // Matches reports whether a call of toolName with arguments of digest is a
 // repeat of r (and may share its result); otherwise reusing r's

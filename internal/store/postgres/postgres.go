@@ -531,7 +531,7 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 	err = s.commit.Do(ctx, w.Size, func(ctx context.Context, b *pgx.Batch) error {
 		stored, id = false, 0 // a write may run again alone after its group failed
 		b.Queue(finishCallSQL,
-			w.Result, now, callerID, toolCallID, s.id, s.channel, key).QueryRow(func(row pgx.Row) error {
+			w.Result, now, callerID, toolCallID, s.id, s.channel, key, registry.KeptArgumentsBytes).QueryRow(func(row pgx.Row) error {
 			var n int
 			err := row.Scan(&n)
 			stored = n == 1
@@ -642,9 +642,12 @@ func (s *Store) forget(callerID, toolCallID string) {
 // ~300 a second within a minute of load.
 const (
 	// finishCallSQL records a result over a running record this instance
-	// owns, or a pending one, and notifies the waiters of the key.
+	// owns, or a pending one, keeping its arguments only up to $8
+	// (registry.KeptArgumentsBytes; octet_length of a stored value does
+	// not read it), and notifies the waiters of the key.
 	finishCallSQL = `WITH u AS (
-			UPDATE calls SET state = 'done', result = $1, owner = '', expires_at = NULL, updated_at = $2
+			UPDATE calls SET state = 'done', result = $1, owner = '', expires_at = NULL, updated_at = $2,
+				arguments = CASE WHEN octet_length(arguments) > $8 THEN '\x'::bytea ELSE arguments END
 			WHERE caller_id = $3 AND tool_call_id = $4
 				AND CASE state WHEN 'pending_approval' THEN true WHEN 'running' THEN owner = $5 ELSE false END
 			RETURNING 1)

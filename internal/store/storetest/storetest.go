@@ -48,6 +48,7 @@ func Run(t *testing.T, open func(t *testing.T) registry.Store) {
 		{"TraceID", testTraceID},
 		{"FinishCall", testFinishCall},
 		{"FinishCallAudited", testFinishCallAudited},
+		{"FinishCallDropsLongArguments", testFinishDropsLongArguments},
 		{"WaitCall", testWaitCall},
 		{"WaitCallTimeout", testWaitCallTimeout},
 		{"ApprovalApprove", testApprovalApprove},
@@ -601,6 +602,42 @@ func testFinishCall(t *testing.T, s registry.Store) {
 	// A repeat of a done call returns it.
 	if rep := mustBegin(t, s, rec, false); rep.State != registry.CallDone || rep.Result.Status != registry.StatusOK {
 		t.Errorf("repeating a done call returned %+v, want the stored result", rep)
+	}
+}
+
+// testFinishDropsLongArguments: a done call keeps its arguments up to
+// registry.KeptArgumentsBytes; longer ones are kept while it runs and
+// dropped when it ends, and its digest still makes a repeat of it a
+// repeat, not a conflict.
+func testFinishDropsLongArguments(t *testing.T, s registry.Store) {
+	argsOf := func(n int) string { // {"content":"xx…"}, n bytes in all
+		return `{"content":"` + strings.Repeat("x", n-len(`{"content":""}`)) + `"}`
+	}
+	for _, c := range []struct {
+		id   string
+		size int
+		kept bool
+	}{
+		{"at-bound", registry.KeptArgumentsBytes, true},
+		{"over-bound", registry.KeptArgumentsBytes + 1, false},
+		{"large", 1 << 20, false},
+	} {
+		rec := running("alice", c.id, argsOf(c.size))
+		mustBegin(t, s, rec, true)
+		if got := mustGet(t, s, rec); len(got.Arguments) != c.size {
+			t.Errorf("%s: a running call keeps %d bytes of arguments, want all %d", c.id, len(got.Arguments), c.size)
+		}
+		mustFinish(t, s, rec, okResult(rec, `"done"`), true)
+		got := mustGet(t, s, rec)
+		if kept := len(got.Arguments) == c.size && string(got.Arguments) == string(rec.Arguments); kept != c.kept || (!c.kept && len(got.Arguments) != 0) {
+			t.Errorf("%s: a done call of %d bytes of arguments keeps %d bytes; want them kept: %v", c.id, c.size, len(got.Arguments), c.kept)
+		}
+		if got.ArgumentsDigest != rec.ArgumentsDigest || got.State != registry.CallDone {
+			t.Errorf("%s: done record %s with digest %s, want done with %s", c.id, got.State, got.ArgumentsDigest, rec.ArgumentsDigest)
+		}
+		if rep := mustBegin(t, s, rec, false); rep.State != registry.CallDone || rep.Result.Status != registry.StatusOK {
+			t.Errorf("%s: repeating the call returned %+v, want its result", c.id, rep)
+		}
 	}
 }
 
