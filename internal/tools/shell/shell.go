@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -437,7 +436,7 @@ func (t *tool) died(res sandbox.Result, stderr string) error {
 	// What the runtime said is the operator's to read, whatever the model
 	// is told.
 	t.log.Warn("shell: the interpreter ended without reporting", "exitCode", res.ExitCode, "stderr", clip(string(res.Stderr), 2000))
-	if isOutOfMemory(stderr) || isOutOfMemory(string(res.Stderr)) {
+	if sandbox.OutOfMemory(stderr) || sandbox.OutOfMemory(string(res.Stderr)) {
 		return registry.ToolError(
 			fmt.Sprintf("the command line needed more memory than the limit of %d bytes (TOOLSVC_TOOL_MEMORY_LIMIT) and was stopped", t.memLimit),
 			"Keep less in variables and expansions (large brace expansions, doubling strings, recursive functions or pipelines); write large data to files and process it with the allowed programs.")
@@ -445,19 +444,6 @@ func (t *tool) died(res sandbox.Result, stderr string) error {
 	return registry.ToolError(fmt.Sprintf("the command line's interpreter stopped unexpectedly (exit status %d)", res.ExitCode),
 		"Check the command for runaway recursion or expansions; stderr so far: "+clip(stderr, 300))
 }
-
-// outOfMemory matches what the Go runtime throws when the kernel refuses
-// it memory or address space (RLIMIT_DATA, RLIMIT_AS) or a thread: "out
-// of memory" in its variants ("pageAlloc: out of memory", "out of memory
-// (stackalloc)", …), "cannot allocate memory", "cannot map pages in arena
-// address space", "failed to reserve page summary memory", "memory
-// reservation exceeds address space limit", "failed to create new OS
-// thread"; and, in a binary built with cgo, whose threads get their
-// stacks from mmap under the same RLIMIT_DATA, "runtime/cgo:
-// pthread_create failed".
-var outOfMemory = regexp.MustCompile(`(?m)^((fatal error: |runtime: ).*(out of memory|cannot allocate memory|address space|page summary memory|new OS thread)|runtime/cgo: pthread_create failed)`)
-
-func isOutOfMemory(s string) bool { return outOfMemory.MatchString(s) }
 
 // errArgTimeout is the cause when the call's own timeoutMs expires.
 var errArgTimeout = errors.New("timeoutMs expired")

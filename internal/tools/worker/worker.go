@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/sandbox"
 )
 
 // Command is the first argument with which the pool re-executes the
@@ -293,7 +294,7 @@ func (p *Pool) failed(w *proc, err error) error {
 		return registry.ToolError(
 			fmt.Sprintf("the call recursed too deeply for the tool memory limit of %s (%s) and was stopped", limit, LimitSetting),
 			"The program recurses without end or the input is nested too deeply; add a base case or flatten the input.")
-	case strings.Contains(tail, "out of memory") || strings.Contains(tail, "cannot allocate memory") || w.peak() >= p.o.MemoryLimit/2:
+	case sandbox.OutOfMemory(tail) || w.peak() >= p.o.MemoryLimit/2:
 		return registry.ToolError(
 			fmt.Sprintf("the call needed more memory than the tool memory limit of %s (%s) and was stopped", limit, LimitSetting),
 			"The program or input grows without bound; make it smaller (fewer repetitions, less nesting, a smaller input).")
