@@ -86,7 +86,7 @@ func New(o Options) (*Console, error) {
 	c.cross.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusForbidden, "This form was posted from another site, so it was refused.")
 	}))
-	funcs := template.FuncMap{"ago": c.ago, "left": c.left, "json": prettyJSON, "fold": fold, "when": when, "dict": card,
+	funcs := template.FuncMap{"ago": c.ago, "left": c.left, "json": prettyJSON, "fold": fold, "when": when, "dict": card, "callLink": callLink,
 		"keptArguments": func() int { return registry.KeptArgumentsBytes }}
 	for _, page := range []string{"inbox", "approval", "calls", "call", "catalog", "signin", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/parts.html", "templates/"+page+".html")

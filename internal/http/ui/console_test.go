@@ -1,8 +1,11 @@
 package ui
 
 import (
+	"html"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +75,49 @@ func TestFoldKeepsRunesWhole(t *testing.T) {
 	}
 	if g := fold(strings.Repeat("x", maxShown+foldAt+10)); g.Omitted != 10 {
 		t.Errorf("omitted = %d; want 10", g.Omitted)
+	}
+}
+
+// A toolCallId is the caller's own string; the links to its page must
+// lead to that call, whatever the id holds.
+func TestCallLinksKeepTheCallersID(t *testing.T) {
+	c, err := New(Options{Executor: noExecutor{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	r := chi.NewRouter()
+	r.Get("/ui/calls/{toolCallId}", func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, PathParam(r, "toolCallId")+" of "+r.URL.Query().Get("caller"))
+	})
+	href := regexp.MustCompile(`href="(/ui/calls/[^"]*)"`)
+	for _, id := range []string{"x?caller=oncall#", "a/b", "a%2Fb", `a"b<c>`, "a b\t"} {
+		a := &registry.Approval{ID: "apr_1", CallerID: "agent&x", ToolCallID: id, ToolName: "t", Status: registry.ApprovalPending, Arguments: []byte(`{}`)}
+		pages := map[string]any{
+			"approval": &approvalPage{A: a},
+			"calls":    &callsPage{Calls: []*registry.AuditEntry{{CallerID: a.CallerID, ToolCallID: id, ToolName: "t"}}},
+		}
+		for page, data := range pages {
+			w := httptest.NewRecorder()
+			c.render(w, httptest.NewRequest(http.MethodGet, "/ui", nil), http.StatusOK, page, &view{Caller: &registry.Caller{ID: "oncall"}, Data: data})
+			m := href.FindStringSubmatch(w.Body.String())
+			if m == nil {
+				t.Fatalf("%s: no link to the call in\n%s", page, w.Body)
+			}
+			// As a browser follows it: entities decoded, resolved against the page.
+			u, err := url.Parse("http://127.0.0.1/ui/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			link, err := u.Parse(html.UnescapeString(m[1]))
+			if err != nil {
+				t.Fatalf("%s: %q: %v", page, m[1], err)
+			}
+			got = nil
+			r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, link.String(), nil))
+			if want := id + " of " + a.CallerID; len(got) != 1 || got[0] != want {
+				t.Errorf("%s: the link %s leads to %q; want %q", page, m[1], got, want)
+			}
+		}
 	}
 }

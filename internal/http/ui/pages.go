@@ -154,6 +154,9 @@ func (c *Console) handleDecide(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, callLink(a.CallerID, a.ToolCallID), http.StatusSeeOther)
 }
 
+// callLink is the console page of a call. The id is the caller's own
+// string: escaped as a path segment, a "?", "#" or "/" in it cannot turn
+// the link into one to another call.
 func callLink(callerID, toolCallID string) string {
 	return "/ui/calls/" + url.PathEscape(toolCallID) + "?caller=" + url.QueryEscape(callerID)
 }
