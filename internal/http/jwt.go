@@ -226,7 +226,9 @@ func (t *TokenIdentity) Token(ctx context.Context, token string) (*registry.Call
 	if now.After(idt.Expiry.Add(is.ClockSkew)) {
 		return nil, refuse("the token has expired", fmt.Errorf("exp %s", idt.Expiry))
 	}
-	if nbf, ok := claims["nbf"].(float64); ok && now.Add(is.ClockSkew).Before(time.Unix(int64(nbf), 0)) {
+	// Compared as numbers: an nbf beyond int64 seconds would convert to
+	// an implementation-defined time (the distant past on amd64).
+	if nbf, ok := claims["nbf"].(float64); ok && nbf > float64(now.Add(is.ClockSkew).Unix()) {
 		return nil, refuse("the token is not valid yet (nbf)", nil)
 	}
 	c, err := is.Map(claims)
@@ -239,7 +241,10 @@ func (t *TokenIdentity) Token(ctx context.Context, token string) (*registry.Call
 // keySet is an issuer's cached keys. It implements oidc.KeySet: a kid it
 // does not know makes it fetch the keys again, at most once per
 // minRefresh, so rotation needs no restart and unknown kids cannot make
-// it hammer the issuer.
+// it hammer the issuer. One fetch runs at a time, and tokens whose keys
+// are cached never wait for it: a slow issuer (or a token naming a kid
+// nobody knows while the issuer is slow) holds up only the requests that
+// need the new keys.
 type keySet struct {
 	issuer     JWTIssuer
 	algs       []jose.SignatureAlgorithm
@@ -249,11 +254,12 @@ type keySet struct {
 	maxAge     time.Duration
 	log        *slog.Logger
 
-	mu      sync.Mutex
-	keys    *jose.JSONWebKeySet
-	fetched time.Time // last attempt
-	loaded  time.Time // last success
-	jwksURL string    // discovered
+	mu       sync.Mutex
+	keys     *jose.JSONWebKeySet
+	fetched  time.Time     // last attempt
+	loaded   time.Time     // last success
+	fetching chan struct{} // closed when the fetch under way ends; nil when none is
+	jwksURL  string        // discovered; only the fetch under way reads and writes it
 }
 
 // VerifySignature implements oidc.KeySet.
@@ -308,25 +314,52 @@ func verifyWith(jws *jose.JSONWebSignature, keys *jose.JSONWebKeySet, kid string
 
 // current returns the cached keys, fetching them when there are none,
 // when they are old, or (refresh) when kid is not among them, but never
-// twice within minRefresh.
+// twice within minRefresh. While a fetch is under way, a request that has
+// keys to use (and needs no new ones) uses them; the others wait for it.
 func (k *keySet) current(ctx context.Context, kid string, refresh bool) (*jose.JSONWebKeySet, error) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
+	for k.fetching != nil {
+		if k.keys != nil && !refresh {
+			defer k.mu.Unlock()
+			return k.keys, nil
+		}
+		done := k.fetching
+		k.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		k.mu.Lock()
+	}
 	now := k.now()
 	stale := k.keys == nil || now.Sub(k.loaded) > k.maxAge
 	if refresh && k.keys != nil && kid != "" && len(k.keys.Key(kid)) > 0 {
+		defer k.mu.Unlock()
 		return k.keys, nil // another request fetched it meanwhile
 	}
 	if (!stale && !refresh) || (!k.fetched.IsZero() && now.Sub(k.fetched) < k.minRefresh) {
+		defer k.mu.Unlock()
 		if k.keys == nil {
 			return nil, errors.New("the issuer's keys could not be fetched; retrying soon")
 		}
 		return k.keys, nil
 	}
 	k.fetched = now
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	keys, err := k.fetch(ctx)
+	done := make(chan struct{})
+	k.fetching = done
+	k.mu.Unlock()
+
+	// The fetch serves every request waiting for it, so the one that
+	// started it going away does not cut it short.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	keys, err := k.fetch(fctx)
+	cancel()
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.fetching = nil
+	close(done)
 	if err != nil {
 		k.log.Warn("fetching the issuer's keys", "issuer", k.issuer.Issuer, "error", err)
 		if k.keys == nil {
@@ -349,14 +382,23 @@ func (k *keySet) fetch(ctx context.Context) (*jose.JSONWebKeySet, error) {
 		raw, err = k.get(ctx, k.issuer.JWKSURL)
 	default:
 		if k.jwksURL == "" {
-			p, err := oidc.NewProvider(oidc.ClientContext(ctx, k.client), k.issuer.Issuer)
+			// Read here rather than by oidc.NewProvider, which reads
+			// the document without a bound.
+			raw, err := k.get(ctx, strings.TrimSuffix(k.issuer.Issuer, "/")+"/.well-known/openid-configuration")
 			if err != nil {
 				return nil, fmt.Errorf("OIDC discovery: %w", err)
 			}
 			var doc struct {
+				Issuer  string `json:"issuer"`
 				JWKSURI string `json:"jwks_uri"`
 			}
-			if err := p.Claims(&doc); err != nil || doc.JWKSURI == "" {
+			if err := json.Unmarshal(raw, &doc); err != nil {
+				return nil, fmt.Errorf("OIDC discovery: the configuration is not JSON: %w", err)
+			}
+			if doc.Issuer != k.issuer.Issuer {
+				return nil, fmt.Errorf("OIDC discovery: the configuration names issuer %q, not %q", doc.Issuer, k.issuer.Issuer)
+			}
+			if doc.JWKSURI == "" {
 				return nil, fmt.Errorf("OIDC discovery: no jwks_uri")
 			}
 			k.jwksURL = doc.JWKSURI
@@ -397,7 +439,7 @@ func (k *keySet) get(ctx context.Context, url string) ([]byte, error) {
 		return nil, err
 	}
 	if len(b) > 1<<20 {
-		return nil, fmt.Errorf("GET %s: key set larger than 1 MiB", url)
+		return nil, fmt.Errorf("GET %s: the document is larger than 1 MiB", url)
 	}
 	return b, nil
 }
