@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
@@ -266,6 +268,10 @@ func (is *Issuer) ReadJWKS() ([]byte, error) {
 	return b, nil
 }
 
+// MaxCallerClaim bounds the claim a token caller's id is made of, as
+// toolCallId is bounded.
+const MaxCallerClaim = 256
+
 // Caller maps verified claims to a caller, or says why the token is not
 // admitted. Only call it with claims whose signature, iss, aud and times
 // were verified.
@@ -277,6 +283,13 @@ func (is *Issuer) Caller(claims map[string]any) (*registry.Caller, error) {
 	id, _ := claims[idClaim].(string)
 	if id == "" {
 		return nil, fmt.Errorf("the token has no %s claim", idClaim)
+	}
+	// The caller id keys stored calls and approvals: a NUL cannot be
+	// stored in PostgreSQL, and a long id overflows its index, which
+	// would fail every call with a store error that retrying never
+	// cures.
+	if utf8.RuneCountInString(id) > MaxCallerClaim || strings.ContainsFunc(id, unicode.IsControl) {
+		return nil, fmt.Errorf("the token's %s claim cannot name a caller: it must be at most %d characters, without control characters", idClaim, MaxCallerClaim)
 	}
 	sub, _ := claims["sub"].(string)
 	tokenScopes := is.scopes(claims)

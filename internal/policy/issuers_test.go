@@ -116,3 +116,23 @@ func TestClientCertCallers(t *testing.T) {
 		t.Error("an empty clientCert was accepted")
 	}
 }
+
+// A caller id made of a claim must be storable: no NUL (PostgreSQL
+// refuses it), no other control characters, and short enough to index.
+func TestIssuerRefusesUnusableCallerClaims(t *testing.T) {
+	iss, err := NewIssuers([]IssuerDocument{{Name: "corp", Source: "x:1", Spec: IssuerSpec{
+		Issuer: "https://idp.example", Audience: "toolsvc", Discovery: true}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"a\x00b", "line\nbreak", strings.Repeat("x", MaxCallerClaim+1)} {
+		if _, err := iss[0].Caller(map[string]any{"sub": sub}); err == nil || !strings.Contains(err.Error(), "sub claim cannot name a caller") {
+			t.Errorf("sub %.20q: error %v; want it refused", sub, err)
+		}
+	}
+	for _, sub := range []string{"alice", strings.Repeat("é", MaxCallerClaim), "spiffe://example.org/a b"} {
+		if c, err := iss[0].Caller(map[string]any{"sub": sub}); err != nil || c.ID != "corp:"+sub {
+			t.Errorf("sub %.20q: %v, %v; want the caller corp:<sub>", sub, c, err)
+		}
+	}
+}
