@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -107,19 +108,48 @@ func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 	if c.ToolName == "" {
 		return &c, problem(kindMissingToolName, `the call names no tool; send {"toolName": "...", "arguments": {...}}, an OpenAI tool call or function_call item, an Anthropic tool_use block or a Gemini functionCall part`)
 	}
-	if utf8.RuneCountInString(c.ToolCallID) > 256 {
-		c.ToolCallID = ""
-		return &c, problem(kindInvalidCall, "toolCallId is longer than 256 characters")
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{
+		{"toolCallId", &c.ToolCallID},
+		{"context.instanceKey", &c.Context.InstanceKey},
+		{"context.agentName", &c.Context.AgentName},
+		{"context.turnId", &c.Context.TurnID},
+	} {
+		if msg := badText(*f.v, raw); msg != "" {
+			if f.v == &c.ToolCallID {
+				c.ToolCallID = "" // the answer must not echo a bad id
+			}
+			return &c, problem(kindInvalidCall, f.name+" "+msg)
+		}
 	}
-	if strings.ContainsRune(c.ToolCallID, utf8.RuneError) && !cleanText(raw) {
+	return &c, nil
+}
+
+// maxCallText bounds a call's identifiers: its toolCallId and the members
+// of its context, which every record and log line of the call carries.
+const maxCallText = 256
+
+// badText says what is wrong with an identifier s of the call whose body
+// is raw, or "" when nothing is. Identifiers key records and appear in
+// logs, URLs and headers, so they are bounded and hold no control
+// characters (PostgreSQL refuses to store a NUL at all: a call carrying
+// one would fail as if the store were down).
+func badText(s string, raw []byte) string {
+	switch {
+	case utf8.RuneCountInString(s) > maxCallText:
+		return fmt.Sprintf("is longer than %d characters", maxCallText)
+	case strings.ContainsRune(s, utf8.RuneError) && !cleanText(raw):
 		// The decoder turned invalid UTF-8 or an unpaired surrogate into
 		// U+FFFD: kept, two different ids would be one, and the answer's
 		// id would not be the one sent. (A body with neither holds a
 		// U+FFFD of its own, which is a character like any other.)
-		c.ToolCallID = ""
-		return &c, problem(kindInvalidCall, "toolCallId is not valid UTF-8 (or holds an unpaired surrogate escape); send the id as valid UTF-8")
+		return "is not valid UTF-8 (or holds an unpaired surrogate escape); send it as valid UTF-8"
+	case strings.ContainsFunc(s, unicode.IsControl):
+		return "holds a control character (such as NUL, a tab or a newline); send printable text"
 	}
-	return &c, nil
+	return ""
 }
 
 // cleanText reports whether the JSON text b is valid UTF-8 and escapes no

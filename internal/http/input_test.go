@@ -177,6 +177,28 @@ func TestDeclaredLengthOverLimit(t *testing.T) {
 	}
 }
 
+// TestCallContextText: the members of a call's context are bounded and
+// printable as its toolCallId is, and a bad one is named; the answer keeps
+// the call's own id.
+func TestCallContextText(t *testing.T) {
+	e := newEnv(t)
+	for member, value := range map[string]string{
+		"instanceKey": `a\u0000b`,
+		"agentName":   strings.Repeat("a", 257),
+		"turnId":      `t\r\n`,
+	} {
+		body := `{"toolCallId":"ctx","toolName":"text__transform","arguments":{"operation":"upper","text":"a"},"context":{"` + member + `":"` + value + `"}}`
+		r := e.do("POST", "/calls", []byte(body), map[string]string{"Content-Type": "application/json"}, false)
+		if r.status != 400 || !strings.Contains(string(r.body), "context."+member+" ") {
+			t.Errorf("context.%s %.40q: %d %s", member, value, r.status, r.body)
+		}
+	}
+	body := `{"toolCallId":"ctx","toolName":"text__transform","arguments":{"operation":"upper","text":"a"},"context":{"agentName":"` + strings.Repeat("é", 256) + `","turnId":"t-1 ok"}}`
+	if r := e.do("POST", "/calls", []byte(body), map[string]string{"Content-Type": "application/json"}, false); r.status != 200 {
+		t.Errorf("256 characters of agentName: %d %s", r.status, r.body)
+	}
+}
+
 // A toolCallId is at most 256 characters (not bytes), and must be valid
 // UTF-8: the decoder would turn invalid bytes and unpaired surrogates into
 // U+FFFD, so that different ids collided and the answer's id was not the
@@ -201,6 +223,13 @@ func TestToolCallIDText(t *testing.T) {
 	}
 	if st, body := send(`u\ud83d\ude00`); st != 200 || !strings.Contains(body, `"toolCallId":"u😀"`) {
 		t.Errorf("a surrogate pair: %d %s", st, body)
+	}
+	// Control characters: PostgreSQL cannot store a NUL, and ids appear in
+	// logs, URLs and headers.
+	for _, id := range []string{`u\u0000`, `u\n`, `u\tv`, `u\u007f`, `u\u0085`} {
+		if st, body := send(id); st != 400 || !strings.Contains(body, "toolCallId holds a control character") {
+			t.Errorf("id %q: %d %s", id, st, body)
+		}
 	}
 	// A U+FFFD of the id's own is a character like any other.
 	for _, id := range []string{`a\ufffdb`, "a\xef\xbf\xbdb", `a\\ud800\ufffd`} {
