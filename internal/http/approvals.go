@@ -162,8 +162,8 @@ func (s *Server) handleDecide(w http.ResponseWriter, r *http.Request) error {
 	if d.Decision != registry.VerdictApprove && d.Decision != registry.VerdictDeny {
 		return problem(kindInvalidDecision, `decision must be "approve" or "deny"`)
 	}
-	if len(d.Reason) > 1000 {
-		return problem(kindInvalidDecision, "reason is longer than 1000 characters")
+	if msg := registry.CheckReason(d.Reason); msg != "" {
+		return problem(kindInvalidDecision, msg)
 	}
 	id := ui.PathParam(r, "id")
 	_, res, err := s.deps.Executor.Decide(r.Context(), CallerFrom(r.Context()), id, d.Decision, d.Reason)

@@ -67,6 +67,8 @@ func TestDecisionProblems(t *testing.T) {
 		`{"decision":1}`:                    "decision must be a string, not number",
 		`{"decision":"approve","why":"ok"}`: `it has a member "why"`,
 		`{"decision":"maybe"}`:              `decision must be "approve" or "deny"`,
+		`{"decision":"deny","reason":"no\u0000pe"}`:                                        "the reason holds a NUL character",
+		`{"decision":"deny","reason":"` + strings.Repeat("é", registry.MaxReason+1) + `"}`: "the reason is longer than 1000 characters",
 	} {
 		r := e.do("POST", "/approvals/"+res.Approval.ID, []byte(body), jsonCT, false)
 		var p Problem

@@ -43,10 +43,6 @@ const mcpApprovalInput = "approval"
 // approval request, for clients that show more than the message.
 const mcpApprovalMeta = "toolsvc/approval"
 
-// mcpMaxReason bounds the reason given with an answer, like the reason of
-// POST /approvals/{id}.
-const mcpMaxReason = 1000
-
 // mcpApprovalSchema is the form of the elicitation: nothing to fill in
 // but an optional reason; accept or decline is the decision.
 var mcpApprovalSchema = map[string]any{
@@ -56,7 +52,7 @@ var mcpApprovalSchema = map[string]any{
 			"type":        "string",
 			"title":       "Reason (optional)",
 			"description": "Why you approve or decline; kept with the decision.",
-			"maxLength":   mcpMaxReason,
+			"maxLength":   registry.MaxReason,
 		},
 	},
 }
@@ -160,8 +156,8 @@ func (s *Server) mcpAnswer(ctx context.Context, caller *registry.Caller, p *mcp.
 		return nil, invalidParams(fmt.Sprintf("the answer's action %q is not accept, decline or cancel", answer.Action))
 	}
 	reason, _ := answer.Content["reason"].(string)
-	if len(reason) > mcpMaxReason {
-		return nil, invalidParams(fmt.Sprintf("the reason is longer than %d characters", mcpMaxReason))
+	if msg := registry.CheckReason(reason); msg != "" {
+		return nil, invalidParams(msg)
 	}
 	_, res, err := ex.DecideAsCaller(ctx, caller, id, v, decidedVia(reason))
 	if err != nil || res == nil {

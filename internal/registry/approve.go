@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
 )
 
 // The audit events of decisions on approval requests.
@@ -15,6 +18,25 @@ const (
 	// that a rule with callerMayApprove sent for approval.
 	AuditCallerApproval = "caller-approval"
 )
+
+// MaxReason bounds the reason given with a decision, in characters.
+const MaxReason = 1000
+
+// CheckReason says what is wrong with the reason given with a decision,
+// or "" when nothing is: it is text of at most MaxReason characters, and
+// holds no NUL, which PostgreSQL cannot store (a decision carrying one
+// would fail as if the store were down). Line breaks are fine.
+func CheckReason(reason string) string {
+	switch {
+	case !utf8.ValidString(reason):
+		return "the reason is not valid UTF-8"
+	case utf8.RuneCountInString(reason) > MaxReason:
+		return fmt.Sprintf("the reason is longer than %d characters", MaxReason)
+	case strings.ContainsRune(reason, 0):
+		return "the reason holds a NUL character"
+	}
+	return ""
+}
 
 // ErrCallerMayNotApprove means the rule that asked for an approval request
 // keeps it to approvers: the caller may not decide it.

@@ -137,8 +137,8 @@ func (c *Console) handleDecide(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reason := strings.TrimSpace(r.PostForm.Get("reason"))
-	if utf8.RuneCountInString(reason) > 1000 || !utf8.ValidString(reason) {
-		c.fail(w, r, http.StatusBadRequest, "The reason must be valid text of at most 1000 characters.")
+	if msg := registry.CheckReason(reason); msg != "" {
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("The reason must be text of at most %d characters, without NUL: %s.", registry.MaxReason, msg))
 		return
 	}
 	id := PathParam(r, "id")
