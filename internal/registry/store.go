@@ -62,6 +62,10 @@ type CallRecord struct {
 	TraceID string `json:"traceId,omitempty"`
 }
 
+// ListedArgumentsBytes bounds the arguments a listed approval request
+// carries; store.listedApprovalColumns holds the same figure.
+const ListedArgumentsBytes = 16 << 10
+
 // KeptArgumentsBytes bounds the arguments a done call's record keeps.
 // Longer ones (a large fs__write, say) are dropped when the call is
 // finished, so the store does not hold a second copy of every large
@@ -115,14 +119,18 @@ type Approval struct {
 	ToolName   string `json:"toolName"`
 	Tier       Tier   `json:"tier,omitempty"`
 	// Rule and Reason say which policy rule asked, and why.
-	Rule            string          `json:"rule,omitempty"`
-	Reason          string          `json:"reason,omitempty"`
-	ArgumentsDigest string          `json:"argumentsDigest"`
-	Arguments       json.RawMessage `json:"arguments"`
-	Context         CallContext     `json:"context,omitzero"`
-	Status          ApprovalStatus  `json:"status"`
-	CreatedAt       time.Time       `json:"createdAt"`
-	ExpiresAt       time.Time       `json:"expiresAt"`
+	Rule            string `json:"rule,omitempty"`
+	Reason          string `json:"reason,omitempty"`
+	ArgumentsDigest string `json:"argumentsDigest"`
+	// Arguments are the call's arguments. A list of requests leaves out
+	// (null) those longer than ListedArgumentsBytes: GetApproval has them.
+	Arguments json.RawMessage `json:"arguments"`
+	// ArgumentsBytes is the length of the arguments.
+	ArgumentsBytes int            `json:"argumentsBytes"`
+	Context        CallContext    `json:"context,omitzero"`
+	Status         ApprovalStatus `json:"status"`
+	CreatedAt      time.Time      `json:"createdAt"`
+	ExpiresAt      time.Time      `json:"expiresAt"`
 	// DecidedAt, DecidedBy and DecisionReason are set when an approver
 	// decided (DecidedAt also when the request expired).
 	DecidedAt      time.Time `json:"decidedAt,omitzero"`
@@ -267,7 +275,9 @@ type Store interface {
 	// its expiry reads as expired.
 	GetApproval(ctx context.Context, id string) (*Approval, error)
 	// ListApprovals returns the requests f selects, oldest first. Pending
-	// requests past their expiry count as expired.
+	// requests past their expiry count as expired. Arguments longer than
+	// ListedArgumentsBytes are left out, so that a list of many large
+	// requests stays small.
 	ListApprovals(ctx context.Context, f ApprovalFilter) ([]*Approval, error)
 	// DecideApproval moves a pending, unexpired request to approved or
 	// denied, exactly once across connections and replicas, and reports

@@ -14,7 +14,13 @@ const (
 	CallColumns = `caller_id, tool_call_id, tool_name, arguments_digest, arguments, context, state, result,
 	approval_id, owner, created_at, updated_at, expires_at, trace_id`
 	ApprovalColumns = `id, caller_id, tool_call_id, tool_name, tier, rule, reason, arguments_digest, arguments, context,
-	status, created_at, expires_at, decided_at, decided_by, decision_reason, filed`
+	status, created_at, expires_at, decided_at, decided_by, decision_reason, filed, length(arguments)`
+	// listedApprovalColumns are ApprovalColumns for a list: arguments
+	// longer than registry.ListedArgumentsBytes are left out (NULL), their
+	// length still given.
+	listedApprovalColumns = `id, caller_id, tool_call_id, tool_name, tier, rule, reason, arguments_digest,
+	CASE WHEN length(arguments) > 16384 THEN NULL ELSE arguments END, context,
+	status, created_at, expires_at, decided_at, decided_by, decision_reason, filed, length(arguments)`
 	AuditColumns = `id, time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
 	status, code, duration_ms, arguments_digest, issuer, subject`
 )
@@ -95,7 +101,7 @@ func ScanApproval(row Row) (*registry.Approval, error) {
 	)
 	err := row.Scan(&a.ID, &a.CallerID, &a.ToolCallID, &a.ToolName, &a.Tier, &a.Rule, &a.Reason, &a.ArgumentsDigest,
 		&args, &ctxJSON, &a.Status, ScanTime(&a.CreatedAt), ScanTime(&a.ExpiresAt), ScanTime(&a.DecidedAt),
-		&a.DecidedBy, &a.DecisionReason, &filed)
+		&a.DecidedBy, &a.DecisionReason, &filed, &a.ArgumentsBytes)
 	if err != nil {
 		return nil, found(err)
 	}

@@ -208,7 +208,7 @@ func (s *SQL) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([]*
 	if f.CallerID != "" {
 		where = append(where, `caller_id = `+p.add(f.CallerID))
 	}
-	q := `SELECT ` + ApprovalColumns + ` FROM approvals`
+	q := `SELECT ` + listedApprovalColumns + ` FROM approvals`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}

@@ -1098,6 +1098,35 @@ func testListApprovals(t *testing.T, s registry.Store) {
 	if _, err := s.GetApproval(ctx, "zzz"); !errors.Is(err, registry.ErrNotFound) {
 		t.Errorf("GetApproval of an unknown id: %v, want ErrNotFound", err)
 	}
+	// A list leaves out arguments longer than ListedArgumentsBytes, giving
+	// their length; GetApproval has them whole.
+	for id, size := range map[string]int{"fits": registry.ListedArgumentsBytes, "large": registry.ListedArgumentsBytes + 1} {
+		r := running("carol", "c-"+id, `{"command":"`+strings.Repeat("x", size-len(`{"command":""}`))+`"}`)
+		r.ToolName, r.State, r.ApprovalID, r.ExpiresAt = "shell__exec", registry.CallPendingApproval, id, exp
+		r.Result = &registry.Result{ToolCallID: r.ToolCallID, ToolName: r.ToolName, Status: registry.StatusPendingApproval,
+			Approval: &registry.ApprovalTicket{ID: id, ExpiresAt: exp.UTC().Truncate(time.Microsecond), ArgumentsDigest: r.ArgumentsDigest}}
+		mustBegin(t, s, r, true)
+		mustCreateApproval(t, s, approvalFor(r))
+		listed, err := s.ListApprovals(ctx, registry.ApprovalFilter{CallerID: "carol"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got *registry.Approval
+		for _, a := range listed {
+			if a.ID == id {
+				got = a
+			}
+		}
+		if want := size <= registry.ListedArgumentsBytes; got == nil || got.ArgumentsBytes != size || (len(got.Arguments) == size) != want || (!want && got.Arguments != nil) {
+			if got == nil {
+				t.Fatalf("%s: not listed", id)
+			}
+			t.Errorf("%s: listed with %d bytes of arguments, %d said; want %d said, given: %v", id, len(got.Arguments), got.ArgumentsBytes, size, want)
+		}
+		if a, err := s.GetApproval(ctx, id); err != nil || string(a.Arguments) != string(r.Arguments) || a.ArgumentsBytes != size {
+			t.Errorf("%s: GetApproval gave %d bytes (%d said, %v), want all %d", id, len(a.Arguments), a.ArgumentsBytes, err, size)
+		}
+	}
 }
 
 func testCreateApprovalInvalid(t *testing.T, s registry.Store) {
