@@ -15,6 +15,9 @@ import (
 func (s *Server) handleListTools(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	f := registry.Filter{Tag: q.Get("tag"), Query: q.Get("q")}
+	if err := registry.CheckSearch(f.Query); err != nil {
+		return problem(kindInvalidParameter, err.Error())
+	}
 	if t := q.Get("tier"); t != "" {
 		tier, err := registry.ParseTier(t)
 		if err != nil {

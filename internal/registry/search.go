@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"unicode"
@@ -51,12 +52,27 @@ func (a relevance) compare(b relevance) int {
 	return b.score - a.score
 }
 
-// queryTerms splits a query into lower-case terms.
+// MaxSearchTerms bounds the words of a tool search. Each word is looked
+// for in every tool's name and description, so a search costs its words
+// times the catalog: 100,000 words over 500 tools took 47 s of CPU.
+const MaxSearchTerms = 32
+
+// CheckSearch says why a search query is refused, or returns nil.
+func CheckSearch(q string) error {
+	if n := len(strings.Fields(q)); n > MaxSearchTerms {
+		return fmt.Errorf("q has %d words; a tool search takes at most %d, so keep the ones that say what the tool should do", n, MaxSearchTerms)
+	}
+	return nil
+}
+
+// queryTerms splits a query into lower-case terms, at most
+// MaxSearchTerms of them (CheckSearch refuses longer queries first).
 func queryTerms(q string) []string {
 	if strings.TrimSpace(q) == "" {
 		return nil
 	}
-	return strings.Fields(strings.ToLower(q))
+	terms := strings.Fields(strings.ToLower(q))
+	return terms[:min(len(terms), MaxSearchTerms)]
 }
 
 // rank scores k against the query terms; matched is 0 when no term

@@ -112,3 +112,16 @@ func BenchmarkListQuery(b *testing.B) {
 		}
 	}
 }
+
+func TestSearchTermsAreBounded(t *testing.T) {
+	q := strings.Repeat("read ", 10*MaxSearchTerms)
+	if got := len(queryTerms(q)); got != MaxSearchTerms {
+		t.Errorf("queryTerms kept %d terms, want %d", got, MaxSearchTerms)
+	}
+	if err := CheckSearch(q); err == nil || !strings.Contains(err.Error(), "at most 32") {
+		t.Errorf("CheckSearch(%d words) = %v", 10*MaxSearchTerms, err)
+	}
+	if err := CheckSearch(strings.Repeat("read ", MaxSearchTerms)); err != nil {
+		t.Errorf("CheckSearch(%d words) = %v", MaxSearchTerms, err)
+	}
+}
