@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -448,5 +449,24 @@ func TestOneLogLinePerCall(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no access line for a call refused with 400:\n%s", logs)
+	}
+}
+
+// What a client writes into a span's attributes is bounded: a span keeps
+// them until it is exported, so a slow collector would otherwise hold
+// every request's headers whole.
+func TestRequestAttributesBounded(t *testing.T) {
+	e, exp, _ := tracedEnv(t)
+	long := strings.Repeat("é", 100000) // 200 KB, cut on a character boundary
+	e.do("GET", "/no/"+strings.Repeat("p", 100000), nil, map[string]string{"User-Agent": long, "X-Forwarded-For": long + ", 10.0.0.1"}, false)
+	s := findSpan(t, exp.GetSpans(), "GET "+UnmatchedRoute)
+	for _, k := range []string{"user_agent.original", "client.address", "url.path"} {
+		v := spanAttrs(s)[k].AsString()
+		if len(v) == 0 || len(v) > maxAttrBytes || !utf8.ValidString(v) {
+			t.Errorf("%s: %d bytes (valid UTF-8: %v), want 1 to %d", k, len(v), utf8.ValidString(v), maxAttrBytes)
+		}
+	}
+	if ua := spanAttrs(s)["user_agent.original"].AsString(); !strings.HasPrefix(long, ua) {
+		t.Errorf("user agent is not a prefix of the header: %.40q", ua)
 	}
 }
