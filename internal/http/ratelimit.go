@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -45,7 +46,17 @@ func (e *rateLimited) Error() string { return "rate limited" }
 
 // retryAfter is the whole seconds of Retry-After (at least 1).
 func (e *rateLimited) retryAfter() int {
-	return max(1, int(math.Ceil(e.d.RetryAfter.Seconds())))
+	return int(wholeSeconds(e.d.RetryAfter.Seconds()))
+}
+
+// wholeSeconds rounds s up to whole seconds, at least 1 and at most what
+// a duration holds: a tiny rate's window would overflow an int.
+func wholeSeconds(s float64) int64 {
+	const most = math.MaxInt64 / int64(time.Second)
+	if !(s < float64(most)) {
+		return most + 1
+	}
+	return max(1, int64(math.Ceil(s)))
 }
 
 func (e *rateLimited) problem() *Problem {
@@ -96,11 +107,15 @@ func (s *Server) limitCalls(ctx context.Context, caller *registry.Caller, tools 
 		}
 	}
 	h := http.Header{}
+	// The caller's bucket is taken last: calls a tool's bucket refuses do
+	// not run, so they must not use up what the caller may call otherwise.
+	// (Calls the caller's bucket refuses have still taken from the tools'.)
+	slices.Reverse(takes)
 	for _, t := range takes {
 		d, err := s.deps.RateLimiter.Allow(ctx, t.bucket, t.n)
-		policy := fmt.Sprintf("%q;q=%d;w=%d", t.name, t.bucket.Burst, max(1, int(math.Ceil(float64(t.bucket.Burst)/t.bucket.PerSecond))))
+		policy := fmt.Sprintf("%q;q=%d;w=%d", t.name, t.bucket.Burst, wholeSeconds(float64(t.bucket.Burst)/t.bucket.PerSecond))
 		h.Add("RateLimit-Policy", policy)
-		h.Add("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", t.name, d.Remaining, int(math.Ceil(d.ResetAfter.Seconds()))))
+		h.Add("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", t.name, d.Remaining, int64(math.Ceil(d.ResetAfter.Seconds()))))
 		if err != nil && !errors.Is(err, ratelimit.ErrUnavailable) {
 			return h, err
 		}

@@ -127,15 +127,21 @@ func (l *Local) Allow(_ context.Context, b Bucket, n int) (Decision, error) {
 func (l *Local) Status(context.Context) (string, bool) { return "local", true }
 
 func (b Bucket) check(n int) error {
-	if b.Key == "" || b.PerSecond <= 0 || b.Burst <= 0 || n <= 0 {
+	if b.Key == "" || !(b.PerSecond > 0) || b.Burst <= 0 || n <= 0 { // !(> 0) refuses NaN too
 		return fmt.Errorf("ratelimit: bad bucket %q (%v/s, burst %d) or count %d", b.Key, b.PerSecond, b.Burst, n)
 	}
 	return nil
 }
 
+// seconds converts s to a duration, at most the longest one: a tiny rate
+// refills in more seconds than a Duration holds, and the conversion would
+// overflow into a negative reset time.
 func seconds(s float64) time.Duration {
-	if s <= 0 {
+	switch {
+	case s <= 0:
 		return 0
+	case s >= float64(math.MaxInt64)/float64(time.Second):
+		return math.MaxInt64
 	}
 	return time.Duration(s * float64(time.Second))
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -203,5 +204,22 @@ func TestRedisOutage(t *testing.T) {
 	}
 	if s, ok := open.Status(ctx); !ok || !strings.Contains(s, "failing open") {
 		t.Errorf("status failing open: %q %v", s, ok)
+	}
+}
+
+func TestLocalBucketOfExtremeRates(t *testing.T) {
+	l := NewLocal(0, nil)
+	if _, err := l.Allow(t.Context(), Bucket{Key: "nan", PerSecond: math.NaN(), Burst: 1}, 1); err == nil {
+		t.Error("a bucket of NaN calls a second was accepted")
+	}
+	b := Bucket{Key: "tiny", PerSecond: 1e-300, Burst: 1}
+	for i := range 2 {
+		d, err := l.Allow(t.Context(), b, 1)
+		if err != nil || d.Allowed != (i == 0) || d.ResetAfter <= 0 || (i == 1 && d.RetryAfter <= 0) {
+			t.Errorf("call %d: %+v %v; want positive reset and retry times", i, d, err)
+		}
+	}
+	if d, _ := l.Allow(t.Context(), b, 2); d.RetryAfter != math.MaxInt64 {
+		t.Errorf("more than the burst: retry after %v, want the longest duration", d.RetryAfter)
 	}
 }
