@@ -7,7 +7,9 @@ import (
 	"math"
 	"net/netip"
 	"net/url"
+	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/toolsvc/toolsvc/internal/policy"
+	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/sandbox"
 )
 
@@ -218,6 +221,64 @@ func loadConfig(environ []string) (Config, error) {
 	return c, c.validate()
 }
 
+// negatives says, by variable, which numeric settings are below zero (or
+// NaN): no
+// size, count, duration or rate here means anything negative, and most
+// would otherwise fall back to their default without a word.
+func (c Config) negatives() map[string]string {
+	errs := map[string]string{}
+	v := reflect.ValueOf(c)
+	for _, f := range reflect.VisibleFields(v.Type()) {
+		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+		if name == "" {
+			continue
+		}
+		field := v.FieldByIndex(f.Index)
+		switch field.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			if field.Int() < 0 {
+				errs[name] = fmt.Sprintf("%s must not be negative, got %s", name, c.environ[name])
+			}
+		case reflect.Float32, reflect.Float64:
+			if !(field.Float() >= 0) {
+				errs[name] = fmt.Sprintf("%s must be a number not below 0, got %s", name, c.environ[name])
+			}
+		}
+	}
+	return errs
+}
+
+// unknownSettings names the TOOLSVC_ variables of the environment that no
+// setting reads, each with the setting it most likely meant: a misspelt
+// limit would otherwise leave the default in force without a word.
+// TOOLSVC_TEST_ variables are the tests' own.
+func (c Config) unknownSettings() []string {
+	var known []string
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[Config]()) {
+		if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" {
+			known = append(known, name)
+		}
+	}
+	var out []string
+	for k := range c.environ {
+		if !strings.HasPrefix(k, "TOOLSVC_") || strings.HasPrefix(k, "TOOLSVC_TEST_") || slices.Contains(known, k) {
+			continue
+		}
+		best, dist := "", 4 // at most three edits
+		for _, n := range known {
+			if d := registry.EditDistance(k, n); d < dist {
+				best, dist = n, d
+			}
+		}
+		if best != "" {
+			k += " (did you mean " + best + "?)"
+		}
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // lookupEnv reads one variable of the environment the configuration was
 // loaded from.
 func (c Config) lookupEnv(name string) (string, bool) {
@@ -319,11 +380,17 @@ func (c Config) validate() error {
 	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
 		errs = append(errs, "TOOLSVC_TLS_CLIENT_CA_FILE needs TOOLSVC_TLS_CERT_FILE and TOOLSVC_TLS_KEY_FILE")
 	}
-	if c.RateLimit < 0 || c.RateLimitBurst < 0 {
-		errs = append(errs, "TOOLSVC_RATE_LIMIT and TOOLSVC_RATE_LIMIT_BURST must not be negative")
+	if !(c.RateLimit >= 0) || math.IsInf(c.RateLimit, 1) || c.RateLimitBurst < 0 { // !(>= 0) refuses NaN too
+		errs = append(errs, "TOOLSVC_RATE_LIMIT and TOOLSVC_RATE_LIMIT_BURST must be finite numbers, not negative")
 	}
 	if c.RateLimitFailure != "open" && c.RateLimitFailure != "closed" {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_RATE_LIMIT_FAILURE must be open or closed, got %q", c.RateLimitFailure))
+	}
+	// A setting below zero that a check above did not already name.
+	for name, msg := range c.negatives() {
+		if !slices.ContainsFunc(errs, func(e string) bool { return strings.Contains(e, name) }) {
+			errs = append(errs, msg)
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("configuration: %s", strings.Join(errs, "; "))

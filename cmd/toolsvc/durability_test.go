@@ -252,10 +252,23 @@ func TestStoreDurabilitySettings(t *testing.T) {
 		"TOOLSVC_STORE_COMMIT_WINDOW=-1ms": "TOOLSVC_STORE_COMMIT_WINDOW must be between 0s and 1s, got -1ms",
 		"TOOLSVC_STORE_COMMIT_MAX=-1":      "TOOLSVC_STORE_COMMIT_MAX must be between 0 (the store's default) and 10000, got -1",
 		"TOOLSVC_TOOL_WORKERS=-1":          "TOOLSVC_TOOL_WORKERS must be 0 (2 per CPU) or more, got -1",
+		// Every numeric setting: none means anything below zero.
+		"TOOLSVC_SHELL_TIMEOUT=-5s":    "TOOLSVC_SHELL_TIMEOUT must not be negative, got -5s",
+		"TOOLSVC_FS_MAX_READ_BYTES=-1": "TOOLSVC_FS_MAX_READ_BYTES must not be negative, got -1",
+		"TOOLSVC_MAX_CONNECTIONS=-1":   "TOOLSVC_MAX_CONNECTIONS must not be negative, got -1",
+		"TOOLSVC_SHUTDOWN_TIMEOUT=-1s": "TOOLSVC_SHUTDOWN_TIMEOUT must not be negative, got -1s",
+		"TOOLSVC_RATE_LIMIT=NaN":       "TOOLSVC_RATE_LIMIT and TOOLSVC_RATE_LIMIT_BURST must be finite numbers, not negative",
+		"TOOLSVC_RATE_LIMIT=+Inf":      "TOOLSVC_RATE_LIMIT and TOOLSVC_RATE_LIMIT_BURST must be finite numbers",
 	} {
 		if _, err := loadConfig([]string{"TOOLSVC_WORKSPACE=" + t.TempDir(), env}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error saying %q", env, err, want)
 		}
+	}
+	// A variable no setting reads is named, with the one it most likely
+	// meant; the tests' own are not.
+	cfg, err = loadConfig([]string{"TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_RATELIMIT=5", "TOOLSVC_NO_SUCH_THING=1", "TOOLSVC_TEST_POSTGRES_URL=x"})
+	if got := fmt.Sprint(cfg.unknownSettings()); err != nil || got != "[TOOLSVC_NO_SUCH_THING TOOLSVC_RATELIMIT (did you mean TOOLSVC_RATE_LIMIT?)]" {
+		t.Errorf("unknown settings %s (%v)", got, err)
 	}
 	cfg, err = loadConfig([]string{"TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_STORE_SYNC=normal", "TOOLSVC_STORE_COMMIT_WINDOW=2ms"})
 	if err != nil || cfg.StoreSync != "normal" || cfg.StoreCommitWindow != 2*time.Millisecond {

@@ -162,6 +162,9 @@ type app struct {
 // callers. With mcp nil, MCPServer resources are checked but not
 // contacted.
 func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
+	for _, name := range cfg.unknownSettings() {
+		log.Warn("unknown setting: no TOOLSVC_ variable has this name, so it changes nothing", "variable", name)
+	}
 	var resources []*config.Resource
 	if len(cfg.ConfigPaths) > 0 {
 		var err error

@@ -399,7 +399,7 @@ func rateLimitOf(s, def *RateLimitSpec, name string) (*registry.RateLimit, error
 		return nil, nil
 	}
 	bucket := func(perSecond float64, burst int) (int, error) {
-		if perSecond <= 0 || perSecond > maxBurst {
+		if !(perSecond > 0) || perSecond > maxBurst { // !(> 0) refuses NaN too
 			return 0, fmt.Errorf("rateLimit: perSecond must be above 0 and at most %d, got %v", maxBurst, perSecond)
 		}
 		if burst < 0 || burst > maxBurst {

@@ -3,6 +3,7 @@ package policy
 import (
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,6 +39,7 @@ func TestIssuerErrors(t *testing.T) {
 		{"rule without name", func(s *IssuerSpec) { s.Callers = []IssuerRule{{}} }, "callers[0] needs a name"},
 		{"bad tier", func(s *IssuerSpec) { s.Callers = []IssuerRule{{Name: "r", MaxTier: "root"}} }, "maxTier"},
 		{"bad rate", func(s *IssuerSpec) { s.RateLimit = &RateLimitSpec{PerSecond: 0} }, "perSecond"},
+		{"NaN rate", func(s *IssuerSpec) { s.RateLimit = &RateLimitSpec{PerSecond: math.NaN()} }, "perSecond must be above 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := base()
