@@ -286,10 +286,19 @@ func (c Config) lookupEnv(name string) (string, bool) {
 	return v, ok
 }
 
+// maxCallTimeout bounds TOOLSVC_MAX_TIMEOUT: no call runs for longer than
+// a day.
+const maxCallTimeout = 24 * time.Hour
+
 func (c Config) validate() error {
 	var errs []string
 	if c.DefaultTimeout <= 0 || c.MaxTimeout <= 0 {
 		errs = append(errs, "TOOLSVC_DEFAULT_TIMEOUT and TOOLSVC_MAX_TIMEOUT must be positive")
+	}
+	if c.MaxTimeout > maxCallTimeout {
+		// The server's write timeout is MaxTimeout and a minute more: a
+		// bound near a Duration's largest would wrap it to none.
+		errs = append(errs, fmt.Sprintf("TOOLSVC_MAX_TIMEOUT must be at most %s, got %s", maxCallTimeout, c.MaxTimeout))
 	}
 	if c.DefaultTimeout > c.MaxTimeout {
 		errs = append(errs, "TOOLSVC_DEFAULT_TIMEOUT must not exceed TOOLSVC_MAX_TIMEOUT")

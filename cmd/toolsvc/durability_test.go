@@ -252,6 +252,7 @@ func TestStoreDurabilitySettings(t *testing.T) {
 		"TOOLSVC_STORE_COMMIT_WINDOW=-1ms": "TOOLSVC_STORE_COMMIT_WINDOW must be between 0s and 1s, got -1ms",
 		"TOOLSVC_STORE_COMMIT_MAX=-1":      "TOOLSVC_STORE_COMMIT_MAX must be between 0 (the store's default) and 10000, got -1",
 		"TOOLSVC_TOOL_WORKERS=-1":          "TOOLSVC_TOOL_WORKERS must be 0 (2 per CPU) or more, got -1",
+		"TOOLSVC_MAX_TIMEOUT=2562047h":     "TOOLSVC_MAX_TIMEOUT must be at most 24h0m0s, got 2562047h0m0s",
 		// Every numeric setting: none means anything below zero.
 		"TOOLSVC_SHELL_TIMEOUT=-5s":    "TOOLSVC_SHELL_TIMEOUT must not be negative, got -5s",
 		"TOOLSVC_FS_MAX_READ_BYTES=-1": "TOOLSVC_FS_MAX_READ_BYTES must not be negative, got -1",
