@@ -149,6 +149,10 @@ func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) {
 		<-ended
 		cleanup()
 	}
+	var (
+		listed time.Time // the last listing on a notification
+		relist <-chan time.Time
+	)
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -172,20 +176,48 @@ func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) {
 				return
 			}
 		case <-c.refresh:
-			ctx, cancel := context.WithTimeout(c.ctx, c.m.o.ConnectTimeout)
-			tools, err := listTools(ctx, cs)
-			cancel()
-			if err != nil {
-				if c.ctx.Err() != nil {
-					continue
+			// A server that sends list_changed without pause is listed
+			// once a relistInterval, not once a notification.
+			if wait := time.Until(listed.Add(relistInterval)); wait > 0 {
+				if relist == nil {
+					relist = time.After(wait)
 				}
-				closeSession()
-				c.lost(cs, fmt.Errorf("tools/list: %w", err))
+				continue
+			}
+			if !c.relist(cs, closeSession) {
 				return
 			}
-			c.setUp(cs, tools)
+			listed = time.Now()
+		case <-relist:
+			relist = nil
+			if !c.relist(cs, closeSession) {
+				return
+			}
+			listed = time.Now()
 		}
 	}
+}
+
+// relistInterval is the least time between two listings of a server's
+// tools on its notifications.
+const relistInterval = time.Second
+
+// relist lists the tools of a live session again; it reports false when
+// the session was lost (and closed) doing so.
+func (c *conn) relist(cs *mcp.ClientSession, closeSession func()) bool {
+	ctx, cancel := context.WithTimeout(c.ctx, c.m.o.ConnectTimeout)
+	tools, err := listTools(ctx, cs)
+	cancel()
+	if err != nil {
+		if c.ctx.Err() != nil {
+			return true
+		}
+		closeSession()
+		c.lost(cs, fmt.Errorf("tools/list: %w", err))
+		return false
+	}
+	c.setUp(cs, tools)
+	return true
 }
 
 // transport makes the transport for one attempt and what undoes it.
@@ -201,7 +233,12 @@ func (c *conn) transport() (mcp.Transport, func(), error) {
 	cmd := exec.Command(s.command, s.args...)
 	cmd.Env = append([]string{"PATH=" + sandbox.DefaultPath}, s.env...)
 	cmd.Dir = s.dir
-	cmd.Stderr = &lineLogger{log: func(line string) { c.m.log.Info("mcp: server stderr", "server", s.name, "line", line) }}
+	cmd.Stderr = &lineLogger{log: func(line string, dropped int) {
+		if dropped > 0 {
+			c.m.log.Warn("mcp: server stderr lines not logged", "server", s.name, "lines", dropped, "reason", fmt.Sprintf("more than %d a second", maxLogLines))
+		}
+		c.m.log.Info("mcp: server stderr", "server", s.name, "line", line)
+	}}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cleanup := func() {
 		// Whatever the server started is in its process group.
@@ -212,11 +249,25 @@ func (c *conn) transport() (mcp.Transport, func(), error) {
 	return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, cleanup, nil
 }
 
+// maxListingBytes bounds the JSON of a server's tools, all pages of its
+// listing together: each page is bounded as every message is, but a server
+// that paginates could make the listing, which is kept, as large as it
+// likes (41 pages of 15 MiB took 3.8 GB).
+const maxListingBytes = maxAnswerBytes
+
 func listTools(ctx context.Context, cs *mcp.ClientSession) ([]*mcp.Tool, error) {
 	var tools []*mcp.Tool
+	size := 0
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			return nil, err
+		}
+		b, err := json.Marshal(t)
+		if err != nil {
+			return nil, err
+		}
+		if size += len(b); size > maxListingBytes {
+			return nil, fmt.Errorf("the server's tools take more than %d MiB of JSON", maxListingBytes>>20)
 		}
 		tools = append(tools, t)
 		if len(tools) > 10000 {
@@ -466,14 +517,25 @@ func mediaType(contentType string) string {
 }
 
 // lineLogger logs what a stdio server writes to stderr, a line at a time,
-// each cut at 1 KiB.
+// each cut at 1 KiB, and at most maxLogLines a second: a server that
+// writes without end would fill the service's log (it wrote 9 MB a
+// second). The lines left out are counted, and the count is logged with
+// the next line logged.
 type lineLogger struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
-	log func(string)
+	log func(line string, dropped int)
+	// now is time.Now; tests set it.
+	now     func() time.Time
+	window  time.Time
+	logged  int
+	dropped int
 }
 
-const maxLogLine = 1 << 10
+const (
+	maxLogLine  = 1 << 10
+	maxLogLines = 20
+)
 
 func (l *lineLogger) Write(p []byte) (int, error) {
 	l.mu.Lock()
@@ -488,11 +550,30 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 		}
 		room := max(0, maxLogLine-l.buf.Len())
 		l.buf.Write(p[:min(room, i)])
-		l.log(l.buf.String())
+		l.emit()
 		l.buf.Reset()
 		p = p[i+1:]
 	}
 	return n, nil
+}
+
+// emit logs the line in buf, unless maxLogLines were logged in the
+// current second.
+func (l *lineLogger) emit() {
+	now := time.Now()
+	if l.now != nil {
+		now = l.now()
+	}
+	if now.Sub(l.window) >= time.Second {
+		l.window, l.logged = now, 0
+	}
+	if l.logged >= maxLogLines {
+		l.dropped++
+		return
+	}
+	l.logged++
+	l.log(l.buf.String(), l.dropped)
+	l.dropped = 0
 }
 
 var _ io.Writer = (*lineLogger)(nil)

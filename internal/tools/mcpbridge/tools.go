@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -24,19 +25,35 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 	listing := c.tools
 	c.mu.Unlock()
 	var picked []*mcp.Tool
+	listed := make(map[string]bool, len(listing))
 	for _, t := range listing {
+		if listed[t.Name] {
+			// Both would get one registry name, which breaks the whole
+			// registry; and a call names one tool only.
+			c.m.log.Warn("mcp: tool left out", "server", s.name, "tool", t.Name, "error", "the server lists this name more than once; the first is kept")
+			continue
+		}
+		listed[t.Name] = true
 		if included(&s.spec, t.Name) {
 			picked = append(picked, t)
 		}
 	}
 	names := exportNames(s.name, picked)
 	out := make([]*registry.Tool, 0, len(picked))
+	spent := 0
 	for _, t := range picked {
 		export := names[t.Name]
 		if export != t.Name && c.noteRename(t.Name, export) {
 			c.m.log.Info("mcp: tool renamed to fit the naming rule", "server", s.name, "tool", t.Name, "as", registry.JoinName(s.name, export))
 		}
 		tool, err := definition(s, t, export)
+		if err == nil {
+			if work := schemaWork(tool.Parameters) + schemaWork(tool.OutputSchema); spent+work > maxServerSchemaWork {
+				err = fmt.Errorf("the schemas of the server's tools listed before it are as large as toolsvc compiles for one server (the squares of their numbers of subschemas add up to more than %d)", maxServerSchemaWork)
+			} else {
+				spent += work
+			}
+		}
 		if err == nil {
 			remote := t.Name
 			tool.Handler = registry.Func(func(ctx context.Context, req *registry.Request) (any, error) {
@@ -51,7 +68,7 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 				out := tool.OutputSchema
 				tool.OutputSchema = nil
 				if probe(tool) == nil {
-					c.m.log.Warn("mcp: output schema left out; the tool's outputs are not checked", "server", s.name, "tool", t.Name, "error", err, "outputSchema", string(out))
+					c.m.log.Warn("mcp: output schema left out; the tool's outputs are not checked", "server", s.name, "tool", t.Name, "error", err, "outputSchema", string(out[:min(len(out), maxLogSchema)]))
 					err = nil
 				}
 			}
@@ -71,6 +88,12 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 // as every custom tool's are, and refused when their $refs go round in a
 // cycle.
 func probe(tool *registry.Tool) error {
+	if _, err := schemaSize("parameters", tool.Parameters); err != nil {
+		return err
+	}
+	if _, err := schemaSize("output", tool.OutputSchema); err != nil {
+		return err
+	}
 	if err := refCycle("parameters", tool.Parameters); err != nil {
 		return err
 	}
@@ -80,6 +103,87 @@ func probe(tool *registry.Tool) error {
 	p := *tool
 	_, err := registry.New(registry.Defaults{}, &p)
 	return err
+}
+
+// Bounds on the schemas of an imported tool, which the server chooses.
+// The JSON Schema compiler keeps the subschemas it has seen in a list that
+// it searches by JSON pointer for each new one, so its work grows with the
+// square of their number and with the length of their pointers, and more
+// than that with their depth: 20,000 properties took 5 s to compile, a
+// schema nested 1,000 deep 8 s, and a registry build compiles each schema
+// several times, uninterruptibly, the service's start included.
+const (
+	maxSchemaNodes = 1024
+	maxSchemaDepth = 64
+	// maxSchemaPointers bounds the sum of the lengths of the subschemas'
+	// JSON pointers: long names repeat in every pointer below them.
+	maxSchemaPointers = 256 << 10
+	// maxServerSchemaWork bounds the work of compiling the schemas of one
+	// server's tools, the squares of their numbers of subschemas added up:
+	// eight schemas at the bound above, or thousands of small ones.
+	maxServerSchemaWork = 8 * maxSchemaNodes * maxSchemaNodes
+	// maxLogSchema bounds a schema quoted in the log.
+	maxLogSchema = 1 << 10
+)
+
+// schemaWork is what compiling a schema costs, as counted against
+// maxServerSchemaWork; a schema refused for its size costs nothing, since
+// it is never compiled.
+func schemaWork(raw json.RawMessage) int {
+	n, err := schemaSize("", raw)
+	if err != nil {
+		return 0
+	}
+	return n * n
+}
+
+// schemaSize returns the number of subschemas of a schema, or why it is
+// larger than the bounds above. A schema that is not JSON is left to the
+// registry, which says why.
+func schemaSize(what string, raw json.RawMessage) (int, error) {
+	if len(raw) == 0 {
+		return 0, nil
+	}
+	var doc any
+	if json.Unmarshal(raw, &doc) != nil {
+		return 0, nil
+	}
+	var nodes, pointers, depth int
+	var walk func(v any, level, ptr int)
+	walk = func(v any, level, ptr int) {
+		depth = max(depth, level)
+		switch v := v.(type) {
+		case map[string]any:
+			nodes++
+			pointers += ptr
+			if level >= maxSchemaDepth {
+				return
+			}
+			for k, m := range v {
+				walk(m, level+1, ptr+1+len(k))
+			}
+		case []any:
+			if level >= maxSchemaDepth {
+				return
+			}
+			for i, m := range v {
+				walk(m, level+1, ptr+1+len(strconv.Itoa(i)))
+			}
+		case bool: // true and false are schemas too
+			nodes++
+			pointers += ptr
+		}
+	}
+	walk(doc, 0, 1)
+	switch {
+	case depth >= maxSchemaDepth:
+		return 0, fmt.Errorf("%s schema: nested deeper than %d levels, more than toolsvc compiles for an imported tool", what, maxSchemaDepth)
+	case nodes > maxSchemaNodes:
+		return 0, fmt.Errorf("%s schema: %d subschemas, more than the %d toolsvc compiles for an imported tool", what, nodes, maxSchemaNodes)
+	case pointers > maxSchemaPointers:
+		return 0, fmt.Errorf("%s schema: its subschemas' JSON pointers add up to %d bytes, more than the %d toolsvc compiles for an imported tool", what, pointers, maxSchemaPointers)
+	}
+	return nodes, nil
 }
 
 // refCycle reports a schema in which a $ref leads, directly or through
