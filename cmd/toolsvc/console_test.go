@@ -243,12 +243,18 @@ func TestConsoleRendersHostileArgumentsAsText(t *testing.T) {
 	in, _ := startConsole(t)
 	long := strings.Repeat("A", 100000)
 	body := `{"toolCallId":"hostile","toolName":"text__transform","arguments":{"operation":"upper","text":"</pre><script>alert(1)</script><img src=x onerror=alert(2)> \udc80\ud800 ` + long + `"}}`
-	if status, res := apiCall(t, in.base, "agent-token", body); status != http.StatusAccepted {
+	status, res := apiCall(t, in.base, "agent-token", body)
+	if status != http.StatusAccepted {
 		t.Fatalf("call = %d %v", status, res)
 	}
 	b := newBrowser(t, in.base)
 	b.signIn("oncall-token")
-	for _, page := range []string{"/ui", "/ui/calls/hostile?caller=agent"} {
+	// The inbox lists the request without its arguments, too long for a
+	// list; the request's own page has them.
+	if status, html, _ := b.get("/ui"); status != 200 || !strings.Contains(html, "bytes of arguments, too many for a list") || strings.Contains(html, "<script>alert") {
+		t.Errorf("/ui = %d, want the request listed without its arguments:\n%.3000s", status, html)
+	}
+	for _, page := range []string{"/ui/approvals/" + approvalID(t, res), "/ui/calls/hostile?caller=agent"} {
 		status, html, _ := b.get(page)
 		if status != 200 {
 			t.Fatalf("%s = %d", page, status)
