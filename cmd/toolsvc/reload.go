@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -105,10 +106,19 @@ func (a *app) mcpNote() string {
 // newMCPManager keeps the MCP connections of a serving process; a change
 // of their tools is signalled on changed.
 func newMCPManager(cfg Config, log *slog.Logger, changed chan<- struct{}) *mcpbridge.Manager {
+	// stdio servers run under a reaper of their own, started from the
+	// launcher or, without one, from this binary.
+	launcher := ""
+	if self, err := os.Executable(); err == nil {
+		launcher = cmp.Or(sandboxLauncher(cfg, self), self)
+	} else {
+		log.Warn("mcp: stdio servers run without a reaper: what they start may outlive them", "error", err)
+	}
 	return mcpbridge.NewManager(mcpbridge.Options{
 		Logger:         log,
 		ConnectTimeout: cfg.MCPConnectTimeout,
 		Version:        version,
+		Launcher:       launcher,
 		OnChange: func() {
 			select {
 			case changed <- struct{}{}:

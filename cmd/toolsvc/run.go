@@ -317,12 +317,7 @@ func buildShell(cfg Config, ws *workspace.Workspace, log *slog.Logger) (*sandbox
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox: locating the toolsvc binary: %w", err)
 	}
-	launcher := cfg.SandboxLauncher
-	if launcher == "" {
-		if p := filepath.Join(filepath.Dir(self), "toolsvc-sandbox"); isExecutable(p) {
-			launcher = p
-		}
-	}
+	launcher := sandboxLauncher(cfg, self)
 	sb, err := sandbox.New(sandbox.Options{
 		Launcher:     launcher,
 		Probe:        cfg.probe,
@@ -356,6 +351,18 @@ func buildShell(cfg Config, ws *workspace.Workspace, log *slog.Logger) (*sandbox
 		}
 	}
 	return sb, tools, nil
+}
+
+// sandboxLauncher is TOOLSVC_SANDBOX_LAUNCHER, or toolsvc-sandbox next to
+// the toolsvc binary self; "" when neither is set or there.
+func sandboxLauncher(cfg Config, self string) string {
+	if cfg.SandboxLauncher != "" {
+		return cfg.SandboxLauncher
+	}
+	if p := filepath.Join(filepath.Dir(self), "toolsvc-sandbox"); isExecutable(p) {
+		return p
+	}
+	return ""
 }
 
 func isExecutable(p string) bool {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -303,5 +304,52 @@ func TestDescendants(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestReapedHelper: a long-lived helper started with Reaped (an MCP
+// server over stdio, say) leaves nothing running, a setsid'd daemon
+// included, whether it exits or is stopped with SIGTERM, as its client
+// stops it.
+func TestReapedHelper(t *testing.T) {
+	py, _ := python(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, end := range []string{"exit", "wait"} {
+		t.Run(end, func(t *testing.T) {
+			marker := marked(t)
+			ws := t.TempDir()
+			cmd := exec.Command(py, "-c", daemonScript, marker, "close", end)
+			cmd.Dir = ws
+			cmd.Env = []string{"PATH=" + DefaultPath}
+			closer, err := Reaped(cmd, exe, 200*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closer.Close()
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			line := make([]byte, len("started\n"))
+			if _, err := io.ReadFull(out, line); err != nil || string(line) != "started\n" {
+				t.Fatalf("the helper said %q (%v)", line, err)
+			}
+			if end == "wait" {
+				if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err = cmd.Wait()
+			if code := cmd.ProcessState.ExitCode(); (end == "exit") != (err == nil && code == 0) {
+				t.Errorf("the helper ended with %v (exit code %d)", err, code)
+			}
+			awaitGone(t, marker)
+		})
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime"
 	"strconv"
@@ -271,4 +273,50 @@ func parentOf(pid int) (int, bool) {
 	}
 	ppid, err := strconv.Atoi(string(f[1]))
 	return ppid, err == nil
+}
+
+// Reaped makes cmd (made by exec.Command, not yet started) run under a
+// reaper of its own, started from launcher (the toolsvc-sandbox binary, or
+// toolsvc itself): the program runs as it would have, unconfined, with
+// cmd's environment, directory and standard streams, but nothing it
+// starts can outlive it, a setsid'd daemon included. When the program
+// exits, the reaper kills what it left running; on SIGTERM (which the
+// reaper also gets when the process that started it dies) it stops the
+// whole tree, SIGKILL following after grace. Signal the reaper, not the
+// program: cmd.Process is the reaper.
+//
+// This is for the long-lived helpers the service starts and talks to
+// (MCP servers over stdio); calls' programs go through Run. The returned
+// closer releases what the reaper was given; close it once cmd has ended.
+func Reaped(cmd *exec.Cmd, launcher string, grace time.Duration) (io.Closer, error) {
+	if cmd.Err != nil {
+		return nil, cmd.Err // the program was not found: let Start say so
+	}
+	cfg := childConfig{Path: cmd.Path, NoPrivDrop: true, Reaper: true, Child: launcher, Grace: grace}
+	enc, err := cfg.encode()
+	if err != nil {
+		return nil, err
+	}
+	// The child reports a failed set-up on fd 3, which must exist; nobody
+	// reads it: a server that cannot start fails its connection.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Args = append([]string{launcher, ChildCommand, enc, "--"}, cmd.Args...)
+	cmd.Path = launcher
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = procAttr(true)
+	return closers{r, w}, nil
+}
+
+// closers closes each of its files.
+type closers []*os.File
+
+func (c closers) Close() error {
+	var errs []error
+	for _, f := range c {
+		errs = append(errs, f.Close())
+	}
+	return errors.Join(errs...)
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,17 +31,21 @@ type fixture struct {
 	env     map[string]string
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, options ...func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{t: t, changes: make(chan struct{}, 16), dir: t.TempDir(), env: map[string]string{}}
-	f.m = NewManager(Options{
+	o := Options{
 		OnChange:       func() { f.changes <- struct{}{} },
 		MinBackoff:     20 * time.Millisecond,
 		MaxBackoff:     200 * time.Millisecond,
 		ConnectTimeout: 10 * time.Second,
 		KeepAlive:      200 * time.Millisecond,
 		Version:        "test",
-	})
+	}
+	for _, set := range options {
+		set(&o)
+	}
+	f.m = NewManager(o)
 	t.Cleanup(f.m.Close)
 	return f
 }
@@ -169,7 +174,7 @@ func TestStdioServer(t *testing.T) {
 		t.Fatalf("status: %+v", st)
 	}
 	tools := f.m.Tools(set)
-	want := []string{"local__a_b", "local__add", "local__fail", "local__files_delete", "local__grow", "local__meta", "local__mixed", "local__slow"}
+	want := []string{"local__a_b", "local__add", "local__daemon", "local__fail", "local__files_delete", "local__grow", "local__meta", "local__mixed", "local__slow"}
 	want = append(want, "local__echo")
 	slices.Sort(want)
 	if got := names(tools); !slices.Equal(got, want) {
@@ -546,4 +551,29 @@ func TestOutputSchemas(t *testing.T) {
 	if res := execute(t, e, ctx, "remote__sizes", `{}`); res.Status != registry.StatusOK || string(res.Output) != `[1,2]` {
 		t.Errorf("sizes: %s %+v", res.Output, res.Error)
 	}
+}
+
+// TestStdioServerDaemonsDie: a stdio server started under its reaper
+// (Options.Launcher) takes what it started with it when its connection
+// closes, a daemon in a session of its own included.
+func TestStdioServerDaemonsDie(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, func(o *Options) { o.Launcher = exe })
+	set := f.m.Ensure(context.Background(), []*Server{f.server(stdioDoc(t, "reaped", ""))})
+	f.m.Retain(set)
+	res := execute(t, f.executor(set), context.Background(), "reaped__daemon", `{}`)
+	var out struct{ Pid int }
+	if err := json.Unmarshal(res.Output, &out); err != nil || out.Pid == 0 {
+		t.Fatalf("daemon call: %s (%v)", res.Output, err)
+	}
+	if res := execute(t, f.executor(set), context.Background(), "reaped__echo", `{"message":"hi"}`); res.Status != registry.StatusOK {
+		t.Fatalf("echo under the reaper: %+v", res.Error)
+	}
+	f.m.Close()
+	eventually(t, fmt.Sprintf("the server's daemon (pid %d) to be gone", out.Pid), func() bool {
+		return syscall.Kill(out.Pid, 0) == syscall.ESRCH
+	})
 }

@@ -240,14 +240,30 @@ func (c *conn) transport() (mcp.Transport, func(), error) {
 		c.m.log.Info("mcp: server stderr", "server", s.name, "line", line)
 	}}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var reaped io.Closer = io.NopCloser(nil)
+	if c.m.o.Launcher != "" {
+		// The reaper stops the server's whole tree within reaperGrace of
+		// the SIGTERM the transport sends two seconds after closing the
+		// server's stdin, before the transport's SIGKILL would come.
+		var err error
+		if reaped, err = sandbox.Reaped(cmd, c.m.o.Launcher, reaperGrace); err != nil {
+			return nil, nil, err
+		}
+	}
 	cleanup := func() {
-		// Whatever the server started is in its process group.
+		// Whatever the server started is in its process group (or, under
+		// the reaper, gone with it).
 		if cmd.Process != nil {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
+		_ = reaped.Close()
 	}
 	return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, cleanup, nil
 }
+
+// reaperGrace is how long a stdio server's reaper waits between SIGTERM
+// and SIGKILL for the processes the server started.
+const reaperGrace = time.Second
 
 // maxListingBytes bounds the JSON of a server's tools, all pages of its
 // listing together: each page is bounded as every message is, but a server

@@ -50,6 +50,12 @@ type Options struct {
 	Transport http.RoundTripper
 	// Version is reported to servers as the client's version.
 	Version string
+	// Launcher, when set, is the binary (toolsvc-sandbox, or toolsvc
+	// itself) that starts each stdio server under a reaper of its own, so
+	// that nothing the server starts outlives it, a setsid'd daemon
+	// included (see sandbox.Reaped). Without it only the server's process
+	// group is killed.
+	Launcher string
 }
 
 // Manager keeps the connections to MCP servers. It is safe for

@@ -4,15 +4,26 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolsvc/toolsvc/internal/sandbox"
 )
 
 // TestMain lets the test binary be an MCP server over stdio
 // ("mcp-stdio-server"), started by the stdio tests as a real process.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.ChildCommand {
+		// The reaper of a stdio server (Options.Launcher), and the child
+		// that executes the server.
+		err := sandbox.RunChild(os.Args[2:], nil)
+		fmt.Fprintln(os.Stderr, "sandbox child:", err)
+		os.Exit(125)
+	}
 	if len(os.Args) > 1 && os.Args[1] == "mcp-stdio-server" {
 		srv := newTestServer(func() { os.Exit(3) })
 		if len(os.Args) > 2 && os.Args[2] == "huge" {
@@ -72,6 +83,16 @@ func newTestServer(crash func()) *mcp.Server {
 		func(ctx context.Context, req *mcp.CallToolRequest, in empty) (*mcp.CallToolResult, map[string]any, error) {
 			tp, _ := req.Params.Meta["traceparent"].(string)
 			return nil, map[string]any{"traceparent": tp, "pid": os.Getpid()}, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "daemon", Description: "Start a sleeping daemon in a session of its own; return its pid."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in empty) (*mcp.CallToolResult, map[string]any, error) {
+			cmd := exec.Command("sleep", "300")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			if err := cmd.Start(); err != nil {
+				return nil, nil, err
+			}
+			go cmd.Wait() //nolint:errcheck // reaped by whoever is its parent when it ends
+			return nil, map[string]any{"pid": cmd.Process.Pid}, nil
 		})
 	mcp.AddTool(srv, &mcp.Tool{Name: "mixed", Description: "Return text and an image."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in empty) (*mcp.CallToolResult, any, error) {
