@@ -59,13 +59,14 @@ type Config struct {
 	LogFormat       string        `env:"TOOLSVC_LOG_FORMAT" envDefault:"json" desc:"json or text"`
 	// LogFlushInterval is how long log lines may wait in memory, so that
 	// many are written with one system call.
-	LogFlushInterval time.Duration `env:"TOOLSVC_LOG_FLUSH_INTERVAL" envDefault:"100ms" desc:"how long log lines may wait in memory before they are written out together (also when 64 KiB are held, and at shutdown); 0 writes each line at once"`
-	DataDir          string        `env:"TOOLSVC_DATA_DIR" envDefault:"./data" desc:"where the embedded store keeps toolsvc.db"`
-	StoreURL         string        `env:"TOOLSVC_STORE_URL" desc:"postgres://…: keep state in PostgreSQL instead, shared by replicas"`
-	StoreSchema      string        `env:"TOOLSVC_STORE_SCHEMA" desc:"PostgreSQL schema to use (created if missing)"`
-	InstanceID       string        `env:"TOOLSVC_INSTANCE_ID" desc:"this replica's name as owner of running calls; set only to a name no two live replicas share"`
-	Retention        time.Duration `env:"TOOLSVC_RETENTION" envDefault:"24h" desc:"how long results, decided approvals and audit entries are kept"`
-	ApprovalTTL      time.Duration `env:"TOOLSVC_APPROVAL_TTL" envDefault:"15m" desc:"how long an approval request waits"`
+	LogFlushInterval   time.Duration `env:"TOOLSVC_LOG_FLUSH_INTERVAL" envDefault:"100ms" desc:"how long log lines may wait in memory before they are written out together (also when 64 KiB are held, and at shutdown); 0 writes each line at once"`
+	DataDir            string        `env:"TOOLSVC_DATA_DIR" envDefault:"./data" desc:"where the embedded store keeps toolsvc.db"`
+	StoreURL           string        `env:"TOOLSVC_STORE_URL" desc:"postgres://…: keep state in PostgreSQL instead, shared by replicas"`
+	StoreSchema        string        `env:"TOOLSVC_STORE_SCHEMA" desc:"PostgreSQL schema to use (created if missing)"`
+	InstanceID         string        `env:"TOOLSVC_INSTANCE_ID" desc:"this replica's name as owner of running calls; set only to a name no two live replicas share"`
+	Retention          time.Duration `env:"TOOLSVC_RETENTION" envDefault:"24h" desc:"how long results, decided approvals and audit entries are kept"`
+	ApprovalTTL        time.Duration `env:"TOOLSVC_APPROVAL_TTL" envDefault:"15m" desc:"how long an approval request waits"`
+	ApprovalMaxPending int           `env:"TOOLSVC_APPROVAL_MAX_PENDING" envDefault:"100" desc:"approval requests one caller may have waiting at once; a call that would file one more is E_POLICY_DENIED (0: no bound)"`
 	// StoreTimeout bounds every store operation (503 beyond).
 	StoreTimeout time.Duration `env:"TOOLSVC_STORE_TIMEOUT" envDefault:"5s" desc:"deadline of every store operation (503 beyond)"`
 	// StoreWaitTimeout bounds how long a retry waits for the first call

@@ -67,6 +67,10 @@ type Options struct {
 	Store Store
 	// ApprovalTTL is how long an approval request waits; 0 is 15 minutes.
 	ApprovalTTL time.Duration
+	// MaxPendingApprovals bounds the approval requests one caller may have
+	// waiting at once; a call that would file one more is E_POLICY_DENIED.
+	// 0 leaves them unbounded.
+	MaxPendingApprovals int
 	// MaxArgumentsDepth bounds the nesting of a call's arguments, also
 	// when they arrive as a string holding JSON; 0 is 64.
 	MaxArgumentsDepth int
@@ -100,6 +104,8 @@ type Executor struct {
 	now     func() time.Time
 	store   Store
 	ttl     time.Duration
+	// maxPending is Options.MaxPendingApprovals.
+	maxPending int
 	// disabled is Options.Disabled.
 	disabled map[string]string
 	// tracing is false for the default no-op tracer, whose spans are
@@ -129,7 +135,7 @@ type state struct {
 
 // NewExecutor returns an executor.
 func NewExecutor(o Options) *Executor {
-	e := &Executor{log: o.Logger, metrics: o.Metrics, tracer: o.Tracer, content: o.TraceContent, maxTime: o.MaxTimeout, now: o.Now, store: o.Store, ttl: o.ApprovalTTL, disabled: o.Disabled,
+	e := &Executor{log: o.Logger, metrics: o.Metrics, tracer: o.Tracer, content: o.TraceContent, maxTime: o.MaxTimeout, now: o.Now, store: o.Store, ttl: o.ApprovalTTL, maxPending: o.MaxPendingApprovals, disabled: o.Disabled,
 		tracing: o.Tracer != nil, observer: o.Observer, spill: o.Spill}
 	if e.ttl <= 0 {
 		e.ttl = 15 * time.Minute
@@ -400,7 +406,38 @@ func (e *Executor) approval(ctx context.Context, f *flight) error {
 			Message:    fmt.Sprintf("tool %s requires human approval (rule %s), and this service keeps no approvals", f.tool.Name, f.decision.Rule),
 			Suggestion: "Tell the user this action needs their approval, or use a tool that does not."}
 	}
+	if err := e.pendingRoom(ctx, f); err != nil {
+		return err
+	}
 	return e.ask(ctx, f)
+}
+
+// pendingRoom refuses a new approval request of a caller who already has
+// maxPending waiting, so that one caller cannot fill the approvers'
+// inbox (lists show the oldest requests first, at most 1,000) and hide
+// everyone else's. A repeat of a call already filed is not a new
+// request. The count is read, not locked: callers filing at the same
+// moment may pass it by a few.
+func (e *Executor) pendingRoom(ctx context.Context, f *flight) error {
+	if e.maxPending <= 0 {
+		return nil
+	}
+	waiting, err := e.store.ListApprovals(ctx, ApprovalFilter{Status: ApprovalPending, CallerID: f.caller.ID, Limit: e.maxPending})
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if len(waiting) < e.maxPending {
+		return nil
+	}
+	if f.res.ToolCallID != "" {
+		if _, err := e.store.GetCall(ctx, f.caller.ID, f.res.ToolCallID); err == nil {
+			return nil // a repeat: ask answers it from its record
+		}
+	}
+	return &Error{Code: CodePolicyDenied,
+		Message: fmt.Sprintf("tool %s requires human approval (rule %s), and caller %s already has %d approval requests waiting, the most one caller may have; nothing ran",
+			f.tool.Name, f.decision.Rule, f.caller.ID, e.maxPending),
+		Suggestion: "Wait for decisions on the requests already waiting (GET /approvals) before asking for more, or tell the user."}
 }
 
 // admit takes a slot of the service-wide limit and one of the tool's own.
