@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -235,6 +236,21 @@ func TestToolCallIDText(t *testing.T) {
 	for _, id := range []string{`a\ufffdb`, "a\xef\xbf\xbdb", `a\\ud800\ufffd`} {
 		if st, body := send(id); st != 200 || !strings.Contains(body, "\ufffd") {
 			t.Errorf("id %q: %d %s", id, st, body)
+		}
+	}
+}
+
+// TestProblemsEchoBounded: a problem's detail and instance carry what the
+// client sent only up to a bound, however long it was.
+func TestProblemsEchoBounded(t *testing.T) {
+	e := newEnv(t)
+	long := strings.Repeat("é", 30<<10) // 60 KB
+	for _, path := range []string{"/tools?format=" + long, "/tools?tier=" + long, "/tools?strict=" + long, "/tools/" + long} {
+		r := e.do("GET", path, nil, nil, false)
+		var p Problem
+		r.json(t, &p)
+		if r.status < 400 || len(r.body) > 8<<10 || len(p.Detail) > maxDetailBytes+len("…") || len(p.Instance) > maxEchoBytes || !utf8.ValidString(p.Detail) {
+			t.Errorf("GET %.30s…: %d, %d bytes, detail %d bytes, instance %d bytes", path, r.status, len(r.body), len(p.Detail), len(p.Instance))
 		}
 	}
 }

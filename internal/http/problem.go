@@ -153,6 +153,12 @@ func (s *Server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 	}
 }
 
+// maxDetailBytes and maxEchoBytes bound a problem's detail and instance.
+const (
+	maxDetailBytes = 4 << 10
+	maxEchoBytes   = 1 << 10
+)
+
 func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, err error) {
 	p := problemFor(err)
 	switch {
@@ -172,7 +178,12 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, err error)
 	if out.Type == "" {
 		out.Type = "https://toolsvc.dev/problems/" + p.Code
 	}
-	out.Instance = r.URL.Path
+	// What a client sent comes back in the detail and the instance at a
+	// bounded length: a 900 KB format name is not worth 900 KB of answer.
+	out.Instance = clipTo(r.URL.Path, maxEchoBytes)
+	if len(out.Detail) > maxDetailBytes {
+		out.Detail = clipTo(out.Detail, maxDetailBytes) + "…"
+	}
 	if p.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(p.RetryAfter))
 	}

@@ -177,11 +177,15 @@ const maxAttrBytes = 1024
 
 // clip cuts s to maxAttrBytes on a character boundary, copying the cut so
 // the span does not keep the whole header alive.
-func clip(s string) string {
-	if len(s) <= maxAttrBytes {
+func clip(s string) string { return clipTo(s, maxAttrBytes) }
+
+// clipTo cuts s to at most n bytes on a character boundary, copying the
+// cut.
+func clipTo(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	i := maxAttrBytes
+	i := n
 	for i > 0 && !utf8.RuneStart(s[i]) {
 		i--
 	}
