@@ -3,7 +3,12 @@ package http
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -132,5 +137,49 @@ func TestGetCallWithUnfiledApproval(t *testing.T) {
 	}
 	if r := e.do("GET", "/approvals/"+res.Approval.ID, nil, nil, true); r.status != 200 {
 		t.Errorf("the ticket's request: %d %s", r.status, r.body)
+	}
+}
+
+// TestConsoleDecisionIsACall: approving from the console runs the call,
+// so it is admitted as the API's decisions are: refused while the service
+// drains (nothing runs), and counted among the calls shutdown waits for.
+func TestConsoleDecisionIsACall(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
+	r, res := e.call("/calls", `{"toolName":"test__priv","toolCallId":"ui_p","arguments":{"n":1}}`)
+	if r.status != 202 || res.Approval == nil {
+		t.Fatalf("privileged call: %d %s", r.status, r.body)
+	}
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	page, err := client.Get(e.ts.URL + "/ui/approvals/" + res.Approval.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(page.Body)
+	page.Body.Close()
+	m := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("no CSRF token on the request's page (%d):\n%s", page.StatusCode, body)
+	}
+	e.srv.Drain()
+	req, _ := http.NewRequest(http.MethodPost, e.ts.URL+"/ui/approvals/"+res.Approval.ID,
+		strings.NewReader(url.Values{"csrf": {string(m[1])}, "decision": {"approve"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("approving from the console while draining: %d, want 503", resp.StatusCode)
+	}
+	if a, err := st.GetApproval(t.Context(), res.Approval.ID); err != nil || a.Status != registry.ApprovalPending {
+		t.Errorf("the request after a refused decision: %+v, %v; want it pending", a, err)
 	}
 }

@@ -153,6 +153,7 @@ func (s *Server) newConsole() (*ui.Console, error) {
 	return ui.New(ui.Options{
 		Executor: s.deps.Executor, Authenticate: authenticate, Key: s.deps.Console.Key,
 		SessionTTL: s.deps.Console.SessionTTL, SecureCookies: s.deps.Console.SecureCookies, Logger: s.deps.Logger,
+		Admit: s.admitCall,
 	})
 }
 

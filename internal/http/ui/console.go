@@ -56,6 +56,10 @@ type Options struct {
 	Logger        *slog.Logger
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Admit, when set, wraps the post that decides a request, which runs
+	// the call when it approves: the service counts it among its calls in
+	// flight (shutdown waits for it) and refuses it while draining.
+	Admit func(http.Handler) http.Handler
 }
 
 // Console serves the /ui pages.
@@ -118,7 +122,11 @@ func (c *Console) Routes(r chi.Router) {
 			r.Get("/ui", c.handleInbox)
 			r.Get("/ui/inbox", c.handleInboxFragment)
 			r.Get("/ui/approvals/{id}", c.handleApproval)
-			r.With(c.checkPost).Post("/ui/approvals/{id}", c.handleDecide)
+			decide := r.With(c.checkPost)
+			if c.o.Admit != nil {
+				decide = decide.With(c.o.Admit)
+			}
+			decide.Post("/ui/approvals/{id}", c.handleDecide)
 			r.Get("/ui/calls", c.handleCalls)
 			r.Get("/ui/calls/{toolCallId}", c.handleCall)
 			r.Get("/ui/catalog", c.handleCatalog)
