@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/netip"
 	"net/url"
@@ -223,9 +224,8 @@ func loadConfig(environ []string) (Config, error) {
 }
 
 // negatives says, by variable, which numeric settings are below zero (or
-// NaN): no
-// size, count, duration or rate here means anything negative, and most
-// would otherwise fall back to their default without a word.
+// NaN): no size, count, duration or rate here means anything negative,
+// and most would otherwise fall back to their default without a word.
 func (c Config) negatives() map[string]string {
 	errs := map[string]string{}
 	v := reflect.ValueOf(c)
@@ -397,9 +397,10 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_RATE_LIMIT_FAILURE must be open or closed, got %q", c.RateLimitFailure))
 	}
 	// A setting below zero that a check above did not already name.
-	for name, msg := range c.negatives() {
+	negative := c.negatives()
+	for _, name := range slices.Sorted(maps.Keys(negative)) {
 		if !slices.ContainsFunc(errs, func(e string) bool { return strings.Contains(e, name) }) {
-			errs = append(errs, msg)
+			errs = append(errs, negative[name])
 		}
 	}
 	if len(errs) > 0 {
