@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -68,7 +69,7 @@ func NewFinish(res *registry.Result, audit *registry.AuditEntry, now time.Time) 
 
 // NewAudit sets what AppendAudit records beside e's own fields: the time
 // (now when unset, at the stored precision) and the event ("call" when
-// unset).
+// unset); and it makes e's text storable (see storableText).
 func NewAudit(e *registry.AuditEntry, now time.Time) {
 	if e.Time.IsZero() {
 		e.Time = now
@@ -77,6 +78,22 @@ func NewAudit(e *registry.AuditEntry, now time.Time) {
 	if e.Event == "" {
 		e.Event = "call"
 	}
+	for _, p := range []*string{&e.Event, &e.CallerID, &e.ToolCallID, &e.ToolName, &e.Rule, &e.ArgumentsDigest, &e.Issuer, &e.Subject} {
+		*p = storableText(*p)
+	}
+}
+
+// storableText is s as a text column of either store holds it: a NUL or
+// invalid UTF-8 becomes U+FFFD. An audit entry records what a caller
+// brought, some of it unchecked (a token's subject, when another claim
+// names the caller): PostgreSQL refused such an entry, and with it the
+// result committed beside it, at every retry of the backlog, and the
+// failing writes took the replica out of readiness for good.
+func storableText(s string) string {
+	if storable(s) {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // DecidedStatus is the status a verdict gives a request.

@@ -126,6 +126,9 @@ func (p Spills) ReadSpill(ctx context.Context, callerID, toolCallID, stream stri
 	if offset < 0 || limit < 0 {
 		return nil, nil, fmt.Errorf("offset and limit must not be negative")
 	}
+	if !storable(callerID, toolCallID, stream) {
+		return nil, nil, registry.ErrNotFound
+	}
 	var id int64
 	info := &registry.SpillInfo{CallerID: callerID, ToolCallID: toolCallID}
 	err := scanSpill(s.Read.QueryRow(ctx, `SELECT id, `+spillColumns+` FROM spills
@@ -165,6 +168,9 @@ func (p Spills) ReadSpill(ctx context.Context, callerID, toolCallID, stream stri
 // ListSpills implements registry.SpillStore.
 func (p Spills) ListSpills(ctx context.Context, callerID, toolCallID string) ([]*registry.SpillInfo, error) {
 	s := p.sql
+	if !storable(callerID, toolCallID) {
+		return nil, nil
+	}
 	rows, err := s.Read.Query(ctx, `SELECT `+spillColumns+` FROM spills
 		WHERE caller_id = $1 AND tool_call_id = $2 AND complete AND expires_at > $3 ORDER BY stream`,
 		callerID, toolCallID, s.Time(s.Clock()))

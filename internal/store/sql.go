@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
@@ -57,6 +58,14 @@ type Dialect struct {
 	ForUpdate string
 }
 
+// keptArguments is the assignment that ends a call's arguments as a done
+// record keeps them: those longer than registry.KeptArgumentsBytes are
+// dropped (an empty value), as every statement that ends a call does
+// (the stores' FinishCall, a denial, an expiry, an interruption). The
+// length of a blob counts bytes in both dialects.
+var keptArguments = fmt.Sprintf(`arguments = CASE WHEN length(arguments) > %d THEN substr(arguments, 1, 0) ELSE arguments END`,
+	registry.KeptArgumentsBytes)
+
 // SQL is the logic both SQL stores share: reading records, listings,
 // deciding and expiring approval requests, interrupting calls, and kept
 // outputs. A dialect package builds one and delegates to it; its hot
@@ -99,8 +108,26 @@ func (s *SQL) announce(ctx context.Context, tx Tx, keys ...string) error {
 	return s.Announce(ctx, tx, keys)
 }
 
+// storable reports whether text columns of both stores can hold every
+// one of keys: valid UTF-8 without NUL. PostgreSQL refuses any other
+// text, in a lookup as in a write, so that a caller's id path parameter
+// or filter holding a NUL failed as if the store were down (503), which
+// retrying never cures. Nothing stored is keyed by such text (the API
+// refuses it in every id it records), so a lookup of it finds nothing.
+func storable(keys ...string) bool {
+	for _, k := range keys {
+		if !utf8.ValidString(k) || strings.ContainsRune(k, 0) {
+			return false
+		}
+	}
+	return true
+}
+
 // Call reads a call record as stored.
 func (s *SQL) Call(ctx context.Context, q Tx, callerID, toolCallID string) (*registry.CallRecord, error) {
+	if !storable(callerID, toolCallID) {
+		return nil, registry.ErrNotFound
+	}
 	return ScanCall(q.QueryRow(ctx, SelectCallSQL, callerID, toolCallID))
 }
 
@@ -161,7 +188,7 @@ func (s *SQL) interrupt(ctx context.Context, callerID, toolCallID string) (int, 
 			// index serves, or PostgreSQL may combine the key with the
 			// partial indexes of running records, whose dead entries it
 			// would read whole (see the PostgreSQL store's finishCallSQL).
-			n, err := tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $4, owner = '', expires_at = $5, updated_at = $1
+			n, err := tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $4, owner = '', expires_at = $5, updated_at = $1, `+keptArguments+`
 				WHERE caller_id = $6 AND tool_call_id = $7 AND CASE WHEN state = 'running' THEN `+s.Lapsed+` ELSE false END`,
 				s.Time(now), s.ID, s.Time(s.Opened), result, s.Time(time.Time{}), k.caller, k.id)
 			if err != nil {
@@ -184,6 +211,9 @@ func (s *SQL) interrupt(ctx context.Context, callerID, toolCallID string) (int, 
 
 // GetApproval implements registry.Store.
 func (s *SQL) GetApproval(ctx context.Context, id string) (*registry.Approval, error) {
+	if !storable(id) {
+		return nil, registry.ErrNotFound
+	}
 	a, err := ScanApproval(s.Read.QueryRow(ctx, `SELECT `+ApprovalColumns+` FROM approvals WHERE id = $1`, id))
 	if err != nil {
 		return nil, err
@@ -193,6 +223,9 @@ func (s *SQL) GetApproval(ctx context.Context, id string) (*registry.Approval, e
 
 // ListApprovals implements registry.Store.
 func (s *SQL) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([]*registry.Approval, error) {
+	if !storable(f.CallerID) {
+		return nil, nil
+	}
 	now := s.Clock()
 	var where []string
 	var p params
@@ -224,6 +257,9 @@ func (s *SQL) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([]*
 
 // ListAudit implements registry.Store.
 func (s *SQL) ListAudit(ctx context.Context, f registry.AuditFilter) ([]*registry.AuditEntry, error) {
+	if !storable(f.CallerID, f.ToolName) {
+		return nil, nil
+	}
 	var p params
 	where := []string{`id > ` + p.add(f.AfterID)}
 	if f.CallerID != "" {
@@ -265,6 +301,9 @@ func (s *SQL) DecideApproval(ctx context.Context, id string, v registry.Verdict,
 	if err != nil {
 		return nil, false, err
 	}
+	if !storable(id) {
+		return nil, false, registry.ErrNotFound
+	}
 	now = Micro(now)
 	var (
 		a            *registry.Approval
@@ -301,7 +340,7 @@ func (s *SQL) DecideApproval(ctx context.Context, id string, v registry.Verdict,
 			if err != nil {
 				return err
 			}
-			if moved, err = tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $1, expires_at = $2, updated_at = $3
+			if moved, err = tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $1, expires_at = $2, updated_at = $3, `+keptArguments+`
 				WHERE caller_id = $4 AND tool_call_id = $5 AND state = 'pending_approval' AND approval_id = $6`,
 				result, s.Time(time.Time{}), s.Time(clock), a.CallerID, a.ToolCallID, a.ID); err != nil {
 				return err
@@ -440,7 +479,7 @@ func (s *SQL) expire(ctx context.Context, tx Tx, now time.Time, id string) ([]st
 		if err != nil {
 			return nil, err
 		}
-		n, err := tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $1, expires_at = $2, updated_at = $3
+		n, err := tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $1, expires_at = $2, updated_at = $3, `+keptArguments+`
 			WHERE caller_id = $4 AND tool_call_id = $5 AND state = 'pending_approval'`,
 			result, s.Time(time.Time{}), s.Time(now), k.caller, k.id)
 		if err != nil {

@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) registry.Store) {
 		{"FinishCall", testFinishCall},
 		{"FinishCallAudited", testFinishCallAudited},
 		{"FinishCallDropsLongArguments", testFinishDropsLongArguments},
+		{"DenyAndExpiryDropLongArguments", testDecidedDropLongArguments},
 		{"WaitCall", testWaitCall},
 		{"WaitCallTimeout", testWaitCallTimeout},
 		{"ApprovalApprove", testApprovalApprove},
@@ -61,6 +62,8 @@ func Run(t *testing.T, open func(t *testing.T) registry.Store) {
 		{"ExpireApprovals", testExpireApprovals},
 		{"ListApprovals", testListApprovals},
 		{"CreateApprovalValidation", testCreateApprovalInvalid},
+		{"UnstorableKeysFindNothing", testUnstorableKeys},
+		{"AuditOfUnstorableText", testAuditUnstorableText},
 		{"Audit", testAudit},
 		{"DeleteExpired", testDeleteExpired},
 		{"InterruptRunningSparesOwnCalls", testInterruptOwn},
@@ -115,7 +118,9 @@ func RunRestart(t *testing.T, newDB func(t *testing.T) SharedOpener) {
 	open := newDB(t)
 	ctx := t.Context()
 	a := open(t, OpenOptions{})
-	run := running("alice", "call-run", `{"path":"a.txt"}`)
+	// Its arguments are over what a done record keeps: interrupting it
+	// drops them, as FinishCall would.
+	run := running("alice", "call-run", longArgs(registry.KeptArgumentsBytes+1))
 	mustBegin(t, a, run, true)
 	pend := pending("alice", "call-pend", "appr-restart", time.Now().Add(time.Hour))
 	mustBegin(t, a, pend, true)
@@ -142,6 +147,10 @@ func RunRestart(t *testing.T, newDB func(t *testing.T) SharedOpener) {
 	wantDone(t, rec, registry.CodeInterrupted)
 	if rec.Result.ToolCallID != run.ToolCallID || rec.Result.ToolName != run.ToolName {
 		t.Errorf("interrupted result names %s/%s, want %s/%s", rec.Result.ToolCallID, rec.Result.ToolName, run.ToolCallID, run.ToolName)
+	}
+	if len(rec.Arguments) != 0 || rec.ArgumentsDigest != run.ArgumentsDigest {
+		t.Errorf("interrupted call keeps %d bytes of arguments, digest %s; want none kept (over %d), digest %s",
+			len(rec.Arguments), rec.ArgumentsDigest, registry.KeptArgumentsBytes, run.ArgumentsDigest)
 	}
 	again, created, err := b.BeginCall(ctx, run)
 	if err != nil || created || again.State != registry.CallDone || again.Result.Code() != registry.CodeInterrupted {
@@ -641,6 +650,57 @@ func testFinishDropsLongArguments(t *testing.T, s registry.Store) {
 	}
 }
 
+// longArgs is {"content":"xx…"}, n bytes in all.
+func longArgs(n int) string {
+	return `{"content":"` + strings.Repeat("x", n-len(`{"content":""}`)) + `"}`
+}
+
+// testDecidedDropLongArguments: a call ended by a denial or by its
+// request's expiry keeps arguments as FinishCall does: up to
+// registry.KeptArgumentsBytes, its digest still making a repeat of it a
+// repeat. (RunRestart checks an interrupted call.)
+func testDecidedDropLongArguments(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	now := time.Now()
+	end := map[string]func(rec *registry.CallRecord) registry.Code{
+		"deny": func(rec *registry.CallRecord) registry.Code {
+			if _, won, err := s.DecideApproval(ctx, rec.ApprovalID, registry.VerdictDeny, "oncall", "no", now); err != nil || !won {
+				t.Fatalf("deny %s: won %v, %v", rec.ApprovalID, won, err)
+			}
+			return registry.CodeApprovalDenied
+		},
+		"expire": func(rec *registry.CallRecord) registry.Code {
+			if n, err := s.ExpireApprovals(ctx, now.Add(2*time.Hour)); err != nil || n != 1 {
+				t.Fatalf("ExpireApprovals = %d, %v; want 1", n, err)
+			}
+			return registry.CodeApprovalExpired
+		},
+	}
+	for how, fn := range end {
+		for _, size := range []int{registry.KeptArgumentsBytes, registry.KeptArgumentsBytes + 1} {
+			id := fmt.Sprintf("%s-%d", how, size)
+			rec := pending("alice", id, "appr-"+id, now.Add(time.Hour))
+			rec.Arguments = json.RawMessage(longArgs(size))
+			rec.ArgumentsDigest = digestOf(string(rec.Arguments))
+			rec.Result.Approval.ArgumentsDigest = rec.ArgumentsDigest
+			mustBegin(t, s, rec, true)
+			mustCreateApproval(t, s, approvalFor(rec))
+			code := fn(rec)
+			got := mustGet(t, s, rec)
+			wantDone(t, got, code)
+			if want := size <= registry.KeptArgumentsBytes; (string(got.Arguments) == string(rec.Arguments)) != want || (!want && len(got.Arguments) != 0) {
+				t.Errorf("%s: a call of %d bytes of arguments ended keeping %d bytes; want them kept: %v", id, size, len(got.Arguments), want)
+			}
+			if rep := mustBegin(t, s, rec, false); rep.State != registry.CallDone || rep.Result.Code() != code {
+				t.Errorf("%s: repeating the call returned %+v, want its result", id, rep)
+			}
+			if a, err := s.GetApproval(ctx, rec.ApprovalID); err != nil || string(a.Arguments) != string(rec.Arguments) {
+				t.Errorf("%s: the request keeps %d bytes of arguments (%v), want all %d", id, len(a.Arguments), err, size)
+			}
+		}
+	}
+}
+
 // testFinishCallAudited: the audit entry given to FinishCall is written
 // with the result, in the same commit, whether or not the result is
 // stored, but not again for a repeat of a write that committed, and not
@@ -1126,6 +1186,69 @@ func testListApprovals(t *testing.T, s registry.Store) {
 		if a, err := s.GetApproval(ctx, id); err != nil || string(a.Arguments) != string(r.Arguments) || a.ArgumentsBytes != size {
 			t.Errorf("%s: GetApproval gave %d bytes (%d said, %v), want all %d", id, len(a.Arguments), a.ArgumentsBytes, err, size)
 		}
+	}
+}
+
+// testUnstorableKeys: a key or filter no text column can hold (a NUL,
+// invalid UTF-8: PostgreSQL refuses either, failing the statement as if
+// the store were down) names nothing, in every lookup that takes one
+// from a caller (ids in paths, console filters).
+func testUnstorableKeys(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	for _, k := range []string{"a\x00b", "a\xffb"} {
+		if _, err := s.GetCall(ctx, "alice", k); !errors.Is(err, registry.ErrNotFound) {
+			t.Errorf("GetCall(alice, %q): %v, want ErrNotFound", k, err)
+		}
+		if _, err := s.GetCall(ctx, k, "c1"); !errors.Is(err, registry.ErrNotFound) {
+			t.Errorf("GetCall(%q, c1): %v, want ErrNotFound", k, err)
+		}
+		if _, err := s.GetApproval(ctx, k); !errors.Is(err, registry.ErrNotFound) {
+			t.Errorf("GetApproval(%q): %v, want ErrNotFound", k, err)
+		}
+		if _, won, err := s.DecideApproval(ctx, k, registry.VerdictDeny, "oncall", "", time.Now()); won || !errors.Is(err, registry.ErrNotFound) {
+			t.Errorf("DecideApproval(%q): won %v, %v; want ErrNotFound", k, won, err)
+		}
+		if list, err := s.ListApprovals(ctx, registry.ApprovalFilter{CallerID: k}); err != nil || len(list) != 0 {
+			t.Errorf("ListApprovals of caller %q: %d, %v; want none", k, len(list), err)
+		}
+		for _, f := range []registry.AuditFilter{{CallerID: k}, {ToolName: k}} {
+			if list, err := s.ListAudit(ctx, f); err != nil || len(list) != 0 {
+				t.Errorf("ListAudit(caller %q, tool %q): %d, %v; want none", f.CallerID, f.ToolName, len(list), err)
+			}
+		}
+		if sp, ok := s.(registry.SpillStore); ok {
+			if _, _, err := sp.ReadSpill(ctx, "alice", k, registry.SpillStreamOutput, 0, 10); !errors.Is(err, registry.ErrNotFound) {
+				t.Errorf("ReadSpill(alice, %q): %v, want ErrNotFound", k, err)
+			}
+			if list, err := sp.ListSpills(ctx, "alice", k); err != nil || len(list) != 0 {
+				t.Errorf("ListSpills(alice, %q): %d, %v; want none", k, len(list), err)
+			}
+		}
+	}
+}
+
+// testAuditUnstorableText: an audit entry holding text PostgreSQL cannot
+// store (a token's subject with a NUL, an issuer with invalid UTF-8) is
+// recorded with U+FFFD in its place, alone or with the call's result: it
+// failed the result with it before, at every retry.
+func testAuditUnstorableText(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	rec := running("alice", "odd-subject", `{"path":"a.txt"}`)
+	mustBegin(t, s, rec, true)
+	audit := &registry.AuditEntry{CallerID: "alice", ToolCallID: rec.ToolCallID, ToolName: rec.ToolName, Status: registry.StatusOK,
+		ArgumentsDigest: rec.ArgumentsDigest, Issuer: "https://idp\xff", Subject: "a\x00b"}
+	if _, stored, err := s.FinishCall(ctx, rec.CallerID, rec.ToolCallID, okResult(rec, `"done"`), audit); err != nil || !stored {
+		t.Fatalf("FinishCall with an audit entry of subject %q: stored %v, %v", "a\x00b", stored, err)
+	}
+	if err := s.AppendAudit(ctx, &registry.AuditEntry{CallerID: "alice", Event: "approval", ToolName: "fs__write", Subject: "c\x00d"}); err != nil {
+		t.Fatalf("AppendAudit with a subject %q: %v", "c\x00d", err)
+	}
+	list, err := s.ListAudit(ctx, registry.AuditFilter{CallerID: "alice"})
+	if err != nil || len(list) != 2 {
+		t.Fatalf("ListAudit = %d entries, %v; want 2", len(list), err)
+	}
+	if list[0].Subject != "a\uFFFDb" || list[0].Issuer != "https://idp\uFFFD" || list[1].Subject != "c\uFFFDd" {
+		t.Errorf("stored subjects %q, %q and issuer %q; want the NUL and invalid byte as U+FFFD", list[0].Subject, list[1].Subject, list[0].Issuer)
 	}
 }
 
