@@ -467,21 +467,27 @@ type Message struct {
 
 // MessageApproval is the approval request in a Message.
 type MessageApproval struct {
-	ID              string          `json:"id"`
-	Status          string          `json:"status"`
-	CallerID        string          `json:"callerId"`
-	ToolCallID      string          `json:"toolCallId"`
-	ToolName        string          `json:"toolName"`
-	Tier            string          `json:"tier,omitempty"`
-	Rule            string          `json:"rule,omitempty"`
-	Reason          string          `json:"reason,omitempty"`
-	ArgumentsDigest string          `json:"argumentsDigest"`
-	Arguments       json.RawMessage `json:"arguments,omitempty"`
-	CreatedAt       time.Time       `json:"createdAt"`
-	ExpiresAt       time.Time       `json:"expiresAt"`
-	DecidedAt       time.Time       `json:"decidedAt,omitzero"`
-	DecidedBy       string          `json:"decidedBy,omitempty"`
-	DecisionReason  string          `json:"decisionReason,omitempty"`
+	ID              string `json:"id"`
+	Status          string `json:"status"`
+	CallerID        string `json:"callerId"`
+	ToolCallID      string `json:"toolCallId"`
+	ToolName        string `json:"toolName"`
+	Tier            string `json:"tier,omitempty"`
+	Rule            string `json:"rule,omitempty"`
+	Reason          string `json:"reason,omitempty"`
+	ArgumentsDigest string `json:"argumentsDigest"`
+	// Arguments, sent with includeArguments, are left out when longer
+	// than registry.ListedArgumentsBytes, as in a list of requests: a
+	// queue of notifications must not hold a copy of every large call.
+	// ArgumentsBytes, sent with includeArguments, is their length; the
+	// request (url, or GET /approvals/{id}) has them whole.
+	Arguments      json.RawMessage `json:"arguments,omitempty"`
+	ArgumentsBytes int             `json:"argumentsBytes,omitempty"`
+	CreatedAt      time.Time       `json:"createdAt"`
+	ExpiresAt      time.Time       `json:"expiresAt"`
+	DecidedAt      time.Time       `json:"decidedAt,omitzero"`
+	DecidedBy      string          `json:"decidedBy,omitempty"`
+	DecisionReason string          `json:"decisionReason,omitempty"`
 }
 
 // Link is the console page of an approval request below publicURL.
@@ -504,7 +510,12 @@ func (d *Dispatcher) render(t *Target, id string, ev registry.ApprovalEvent) ([]
 		DecidedAt: a.DecidedAt, DecidedBy: a.DecidedBy, DecisionReason: a.DecisionReason,
 	}}
 	if t.args {
-		m.Approval.Arguments = a.Arguments
+		// A listed request (an expiry is announced from a list) has its
+		// length but may lack the arguments.
+		m.Approval.ArgumentsBytes = max(a.ArgumentsBytes, len(a.Arguments))
+		if m.Approval.ArgumentsBytes <= registry.ListedArgumentsBytes {
+			m.Approval.Arguments = a.Arguments
+		}
 	}
 	return json.Marshal(m)
 }

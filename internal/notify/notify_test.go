@@ -383,3 +383,47 @@ func metricVec(t testing.TB, g *prometheus.Registry, name string, labels ...stri
 	t.Fatalf("no %s%v", name, labels)
 	return nil
 }
+
+// TestWebhookArgumentsAreBounded: with includeArguments a message carries
+// the arguments and their length, but leaves out arguments longer than
+// registry.ListedArgumentsBytes, as a list of requests does: a notifier's
+// queue (up to 10,000 messages, rendered when queued) held a whole copy of
+// every large call while its receiver was slow.
+func TestWebhookArgumentsAreBounded(t *testing.T) {
+	srv, got := receiver(t, http.StatusNoContent)
+	d := notify.New(notify.Options{Registerer: prometheus.NewRegistry()})
+	defer d.Close()
+	d.Load([]*notify.Target{target(t, "oncall", notify.Spec{Type: "webhook", URL: srv.URL, IncludeArguments: true})})
+	e := executor(t, d)
+	ctx := context.Background()
+	args := map[string]string{
+		"small": `{"service":"db"}`,
+		"large": `{"service":"` + strings.Repeat("x", registry.ListedArgumentsBytes) + `"}`,
+	}
+	for id, a := range args {
+		res, err := e.Execute(ctx, &registry.Caller{ID: "agent-7", Scopes: []registry.Scope{registry.ScopeCall}},
+			&registry.Call{ToolCallID: id, ToolName: "ops__restart", Arguments: json.RawMessage(a)})
+		if err != nil || res.Status != registry.StatusPendingApproval {
+			t.Fatalf("Execute(%s) = %+v, %v; want pending_approval", id, res, err)
+		}
+		if _, _, err := e.Decide(ctx, &registry.Caller{ID: "alice", Scopes: []registry.Scope{registry.ScopeApprove}}, res.Approval.ID, registry.VerdictDeny, "no"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		r := wait(t, got)
+		var m notify.Message
+		if err := json.Unmarshal(r.body, &m); err != nil {
+			t.Fatal(err)
+		}
+		a := args[m.Approval.ToolCallID]
+		want := ""
+		if len(a) <= registry.ListedArgumentsBytes {
+			want = a
+		}
+		if string(m.Approval.Arguments) != want || m.Approval.ArgumentsBytes != len(a) {
+			t.Errorf("%s of %s: %d bytes of arguments, %d said; want %d sent, %d said",
+				m.Event, m.Approval.ToolCallID, len(m.Approval.Arguments), m.Approval.ArgumentsBytes, len(want), len(a))
+		}
+	}
+}
