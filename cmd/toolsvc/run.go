@@ -593,8 +593,16 @@ func attempts(n int) string {
 // openStoreRetrying opens the store before the service listens, retrying
 // with backoff (each failure logged) until TOOLSVC_STORE_START_TIMEOUT.
 func openStoreRetrying(ctx context.Context, cfg Config, log *slog.Logger) (registry.Store, error) {
+	stopped := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.StoreStartTimeout)
 	defer cancel()
+	start := time.Now()
+	gaveUp := func(attempt int, err error) error {
+		if stopped.Err() != nil {
+			return fmt.Errorf("store: stopped after %s before the store opened, %s: %w", time.Since(start).Round(time.Millisecond), attempts(attempt), err)
+		}
+		return fmt.Errorf("store: not open after %s (TOOLSVC_STORE_START_TIMEOUT), %s: %w", cfg.StoreStartTimeout, attempts(attempt), err)
+	}
 	delay := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		// Migrations may take longer than one operation.
@@ -605,12 +613,12 @@ func openStoreRetrying(ctx context.Context, cfg Config, log *slog.Logger) (regis
 			return st, nil
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("store: not open after %s (TOOLSVC_STORE_START_TIMEOUT), %s: %w", cfg.StoreStartTimeout, attempts(attempt), err)
+			return nil, gaveUp(attempt, err)
 		}
 		log.Warn("store: opening failed; retrying", "attempt", attempt, "retryIn", delay.String(), "err", err)
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("store: not open after %s (TOOLSVC_STORE_START_TIMEOUT), %s: %w", cfg.StoreStartTimeout, attempts(attempt), err)
+			return nil, gaveUp(attempt, err)
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 5*time.Second)

@@ -292,6 +292,10 @@ func (is *Issuer) Caller(claims map[string]any) (*registry.Caller, error) {
 		return nil, fmt.Errorf("the token's %s claim cannot name a caller: it must be at most %d characters, without control characters", idClaim, MaxCallerClaim)
 	}
 	sub, _ := claims["sub"].(string)
+	if idClaim != "sub" && (utf8.RuneCountInString(sub) > MaxCallerClaim || strings.ContainsFunc(sub, unicode.IsControl)) {
+		// Recorded in the audit trail with every call of the token.
+		return nil, fmt.Errorf("the token's sub claim must be at most %d characters, without control characters", MaxCallerClaim)
+	}
 	tokenScopes := is.scopes(claims)
 	c := &registry.Caller{ID: is.prefix + id, Issuer: is.Issuer, Subject: sub, Claims: claims}
 	if len(is.rules) == 0 {

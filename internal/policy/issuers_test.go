@@ -137,4 +137,17 @@ func TestIssuerRefusesUnusableCallerClaims(t *testing.T) {
 			t.Errorf("sub %.20q: %v, %v; want the caller corp:<sub>", sub, c, err)
 		}
 	}
+	// When another claim names the caller, sub is still recorded with
+	// every call: it is held to the same rule.
+	byEmail, err := NewIssuers([]IssuerDocument{{Name: "mail", Source: "x:1", Spec: IssuerSpec{
+		Issuer: "https://idp.example", Audience: "toolsvc", Discovery: true, CallerClaim: "email"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := byEmail[0].Caller(map[string]any{"sub": "a\x00b", "email": "alice@example.org"}); err == nil || !strings.Contains(err.Error(), "sub claim must be") {
+		t.Errorf("a NUL in sub beside an email caller claim: %v; want it refused", err)
+	}
+	if c, err := byEmail[0].Caller(map[string]any{"sub": "u-1", "email": "alice@example.org"}); err != nil || c.Subject != "u-1" {
+		t.Errorf("an email caller: %v %v", c, err)
+	}
 }
