@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite" // the "sqlite" driver, to read the audit trail
+
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 )
 
 // TestDurableUnderKill: toolsvc is killed with SIGKILL in the middle of
@@ -274,5 +277,31 @@ func TestStoreDurabilitySettings(t *testing.T) {
 	cfg, err = loadConfig([]string{"TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_STORE_SYNC=normal", "TOOLSVC_STORE_COMMIT_WINDOW=2ms"})
 	if err != nil || cfg.StoreSync != "normal" || cfg.StoreCommitWindow != 2*time.Millisecond {
 		t.Errorf("normal, 2ms: %+v, %v", cfg.StoreSync, err)
+	}
+}
+
+// TestStoreStartStoppedOrTimedOut: a start that gives up on a store that
+// will not open says why: stopped (the context ended), or
+// TOOLSVC_STORE_START_TIMEOUT passed.
+func TestStoreStartStoppedOrTimedOut(t *testing.T) {
+	data := t.TempDir()
+	held, err := sqlite.Open(context.Background(), filepath.Join(data, "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	cfg, err := loadConfig([]string{"TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + data, "TOOLSVC_STORE_START_TIMEOUT=300ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	if _, err := openStoreRetrying(context.Background(), cfg, log); err == nil || !strings.Contains(err.Error(), "not open after 300ms (TOOLSVC_STORE_START_TIMEOUT)") {
+		t.Errorf("timed out: %v", err)
+	}
+	cfg.StoreStartTimeout = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := openStoreRetrying(ctx, cfg, log); err == nil || !strings.Contains(err.Error(), "stopped after") || strings.Contains(err.Error(), "START_TIMEOUT") {
+		t.Errorf("stopped: %v", err)
 	}
 }
