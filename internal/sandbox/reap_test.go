@@ -353,3 +353,51 @@ func TestReapedHelper(t *testing.T) {
 		})
 	}
 }
+
+// TestReapedStarted: Started says why a program under Reaped could not be
+// executed (the reaper itself starts either way), and nothing for one
+// that runs; a relative launcher still starts from another directory.
+func TestReapedStarted(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(filepath.Dir(exe))
+	rel := "./" + filepath.Base(exe)
+	dir := t.TempDir()
+	foreign := filepath.Join(dir, "foreign")
+	if err := os.WriteFile(foreign, []byte("\x7fELF not really"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	noInterp := filepath.Join(dir, "script")
+	if err := os.WriteFile(noInterp, []byte("#!/nonexistent/interpreter\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, program, want string }{
+		{"runs", "/bin/true", ""},
+		{"foreign binary", foreign, "exec " + foreign + ": exec format error"},
+		{"missing interpreter", noInterp, "exec " + noInterp + ": no such file or directory"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.Command(c.program)
+			cmd.Dir = dir
+			closer, err := Reaped(cmd, rel, 200*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closer.Close()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err = closer.(interface{ Started(context.Context) error }).Started(ctx)
+			if got := fmt.Sprint(err); (c.want == "" && err != nil) || (c.want != "" && got != c.want) {
+				t.Errorf("Started: %v, want %q", err, c.want)
+			}
+			if err := cmd.Wait(); (c.want == "") != (err == nil) {
+				t.Errorf("the program ended with %v", err)
+			}
+		})
+	}
+}

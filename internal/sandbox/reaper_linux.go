@@ -4,14 +4,17 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -288,17 +291,27 @@ func parentOf(pid int) (int, bool) {
 // This is for the long-lived helpers the service starts and talks to
 // (MCP servers over stdio); calls' programs go through Run. The returned
 // closer releases what the reaper was given; close it once cmd has ended.
+// Once cmd has started, its Started method (Started(ctx) error) says why
+// the program could not be executed, if it could not: a program that is
+// not one (a bad #! line, a foreign binary) is found only then, and
+// without it the server would just seem to close its output.
 func Reaped(cmd *exec.Cmd, launcher string, grace time.Duration) (io.Closer, error) {
 	if cmd.Err != nil {
 		return nil, cmd.Err // the program was not found: let Start say so
+	}
+	// The reaper starts in cmd.Dir, where a relative launcher is not.
+	launcher, err := filepath.Abs(launcher)
+	if err != nil {
+		return nil, err
 	}
 	cfg := childConfig{Path: cmd.Path, NoPrivDrop: true, Reaper: true, Child: launcher, Grace: grace}
 	enc, err := cfg.encode()
 	if err != nil {
 		return nil, err
 	}
-	// The child reports a failed set-up on fd 3, which must exist; nobody
-	// reads it: a server that cannot start fails its connection.
+	// The reaper and the child report a failed set-up on fd 3: the child
+	// closes it as it executes the program, so Started reads either the
+	// failure or the end of the pipe.
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -307,16 +320,52 @@ func Reaped(cmd *exec.Cmd, launcher string, grace time.Duration) (io.Closer, err
 	cmd.Path = launcher
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = procAttr(true)
-	return closers{r, w}, nil
+	return &reaped{r: r, w: w}, nil
 }
 
-// closers closes each of its files.
-type closers []*os.File
+// reaped holds the set-up pipe of a program started under Reaped.
+type reaped struct {
+	mu   sync.Mutex
+	r, w *os.File
+}
 
-func (c closers) Close() error {
+// Started waits, at most until ctx ends, for the program started under
+// Reaped to be executed, and returns the reason it could not be. Call it
+// once, after the command has started.
+func (h *reaped) Started(ctx context.Context) error {
+	h.mu.Lock()
+	r, w := h.r, h.w
+	h.w = nil
+	h.mu.Unlock()
+	if r == nil || w == nil {
+		return errors.New("sandbox: Started called twice, or after Close")
+	}
+	// The reaper and the child hold their own copies of the write end.
+	_ = w.Close()
+	if d, ok := ctx.Deadline(); ok {
+		_ = r.SetReadDeadline(d)
+	}
+	msg, err := io.ReadAll(io.LimitReader(r, maxReportBytes))
+	if len(msg) > 0 {
+		return errors.New(string(bytes.TrimSpace(msg[:min(len(msg), 4096)])))
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox: waiting for the program to start: %w", err)
+	}
+	return nil
+}
+
+func (h *reaped) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	var errs []error
-	for _, f := range c {
-		errs = append(errs, f.Close())
+	if h.w != nil {
+		errs = append(errs, h.w.Close())
+		h.w = nil
+	}
+	if h.r != nil {
+		errs = append(errs, h.r.Close())
+		h.r = nil
 	}
 	return errors.Join(errs...)
 }

@@ -577,3 +577,31 @@ func TestStdioServerDaemonsDie(t *testing.T) {
 		return syscall.Kill(out.Pid, 0) == syscall.ESRCH
 	})
 }
+
+// TestStdioServerNotExecutable: a stdio server under its reaper whose
+// program cannot be executed is unreachable with the reason, as it was
+// when the service executed it itself, not with the EOF the reaper's
+// exit leaves; a relative launcher works from the server's directory.
+func TestStdioServerNotExecutable(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(filepath.Dir(exe))
+	rel := "./" + filepath.Base(exe)
+	f := newFixture(t, func(o *Options) { o.Launcher = rel })
+	foreign := filepath.Join(f.dir, "foreign")
+	if err := os.WriteFile(foreign, []byte("\x7fELF not really"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	doc := fmt.Sprintf("apiVersion: toolsvc/v1\nkind: MCPServer\nmetadata: {name: foreign}\nspec:\n  stdio:\n    command: %q\n", foreign)
+	servers := []*Server{f.server(doc), f.server(stdioDoc(t, "elsewhere", fmt.Sprintf("    dir: %q\n", f.dir)))}
+	set := f.m.Ensure(context.Background(), servers)
+	f.m.Retain(set)
+	if st := f.m.Status()["foreign"]; st.State != "unreachable" || !strings.Contains(st.Error, "exec "+foreign+": exec format error") {
+		t.Errorf("status: %+v", st)
+	}
+	if res := execute(t, f.executor(set), context.Background(), "elsewhere__echo", `{"message":"hi"}`); res.Status != registry.StatusOK {
+		t.Errorf("echo from another directory: %+v", res.Error)
+	}
+}

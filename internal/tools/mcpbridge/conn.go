@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -58,7 +59,7 @@ type conn struct {
 	everUp    bool
 	retired   bool
 	calls     sync.WaitGroup
-	// renamed remembers the name mappings already logged.
+	// renamed holds the name mappings of the latest listing, already logged.
 	renamed map[string]string
 }
 
@@ -233,12 +234,13 @@ func (c *conn) transport() (mcp.Transport, func(), error) {
 	cmd := exec.Command(s.command, s.args...)
 	cmd.Env = append([]string{"PATH=" + sandbox.DefaultPath}, s.env...)
 	cmd.Dir = s.dir
-	cmd.Stderr = &lineLogger{log: func(line string, dropped int) {
+	stderr := &lineLogger{log: func(line string, dropped int) {
 		if dropped > 0 {
 			c.m.log.Warn("mcp: server stderr lines not logged", "server", s.name, "lines", dropped, "reason", fmt.Sprintf("more than %d a second", maxLogLines))
 		}
 		c.m.log.Info("mcp: server stderr", "server", s.name, "line", line)
 	}}
+	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var reaped io.Closer = io.NopCloser(nil)
 	if c.m.o.Launcher != "" {
@@ -257,8 +259,40 @@ func (c *conn) transport() (mcp.Transport, func(), error) {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
 		_ = reaped.Close()
+		stderr.flush()
 	}
-	return &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, cleanup, nil
+	t := &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+	if s, ok := reaped.(starter); ok {
+		return &reapedTransport{CommandTransport: t, started: s}, cleanup, nil
+	}
+	return t, cleanup, nil
+}
+
+// starter is what sandbox.Reaped returns on Linux: it tells why the
+// program under the reaper could not be executed.
+type starter interface {
+	Started(ctx context.Context) error
+}
+
+// reapedTransport starts a stdio server under its reaper, and fails when
+// the server's program could not be executed, with the reason (exec format
+// error, a missing #! interpreter), as starting it directly would: the
+// reaper itself starts either way.
+type reapedTransport struct {
+	*mcp.CommandTransport
+	started starter
+}
+
+func (t *reapedTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	conn, err := t.CommandTransport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.started.Started(ctx); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 // reaperGrace is how long a stdio server's reaper waits between SIGTERM
@@ -536,7 +570,9 @@ func mediaType(contentType string) string {
 // each cut at 1 KiB, and at most maxLogLines a second: a server that
 // writes without end would fill the service's log (it wrote 9 MB a
 // second). The lines left out are counted, and the count is logged with
-// the next line logged.
+// the next line logged, or by flush when the server has ended, with the
+// last lines left out: a server that dies with a long traceback says why
+// at its end.
 type lineLogger struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
@@ -546,11 +582,15 @@ type lineLogger struct {
 	window  time.Time
 	logged  int
 	dropped int
+	// tail holds the last lines left out since a line was logged.
+	tail []string
 }
 
 const (
 	maxLogLine  = 1 << 10
 	maxLogLines = 20
+	// maxTailLines is how many of the last lines left out flush logs.
+	maxTailLines = 5
 )
 
 func (l *lineLogger) Write(p []byte) (int, error) {
@@ -585,11 +625,36 @@ func (l *lineLogger) emit() {
 	}
 	if l.logged >= maxLogLines {
 		l.dropped++
+		if len(l.tail) == maxTailLines {
+			l.tail = slices.Delete(l.tail, 0, 1)
+		}
+		l.tail = append(l.tail, l.buf.String())
 		return
 	}
 	l.logged++
 	l.log(l.buf.String(), l.dropped)
-	l.dropped = 0
+	l.dropped, l.tail = 0, nil
+}
+
+// flush logs, once the server has ended, a last line it did not end, and
+// the count and the last few of the lines left out, past the rate: there
+// is no next line to carry them.
+func (l *lineLogger) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.buf.Len() > 0 {
+		l.dropped++
+		l.tail = append(l.tail, l.buf.String())
+		l.buf.Reset()
+	}
+	for i, line := range l.tail {
+		dropped := 0
+		if i == 0 {
+			dropped = l.dropped - len(l.tail)
+		}
+		l.log(line, dropped)
+	}
+	l.dropped, l.tail = 0, nil
 }
 
 var _ io.Writer = (*lineLogger)(nil)

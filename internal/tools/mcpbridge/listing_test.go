@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -151,6 +153,136 @@ func TestCostlySchemasLeftOut(t *testing.T) {
 	}
 }
 
+// laughSchema has $defs that each apply the next one twice, depth deep:
+// a value is validated 2^depth times.
+func laughSchema(depth int) map[string]any {
+	defs := map[string]any{fmt.Sprintf("a%d", depth): map[string]any{"type": "string"}}
+	for i := range depth {
+		next := map[string]any{"$ref": fmt.Sprintf("#/$defs/a%d", i+1)}
+		defs[fmt.Sprintf("a%d", i)] = map[string]any{"allOf": []any{next, next}}
+	}
+	return map[string]any{"type": "object", "$defs": defs, "properties": map[string]any{"s": map[string]any{"$ref": "#/$defs/a0"}}}
+}
+
+// TestRefFanOutLeftOut: a schema of a few dozen nodes whose $refs apply
+// the same subschemas along many paths took 11 s of CPU (2^24
+// validations) to check the arguments of every call. Such a schema is
+// left out; one whose $refs share a few subschemas, as generated schemas
+// do, is kept.
+func TestRefFanOutLeftOut(t *testing.T) {
+	shared := map[string]any{"type": "object", "$defs": map[string]any{
+		"common": map[string]any{"properties": map[string]any{"id": map[string]any{"type": "string"}}},
+		"a":      map[string]any{"allOf": []any{map[string]any{"$ref": "#/$defs/common"}}},
+		"b":      map[string]any{"allOf": []any{map[string]any{"$ref": "#/$defs/common"}}},
+	}, "anyOf": []any{map[string]any{"$ref": "#/$defs/a"}, map[string]any{"$ref": "#/$defs/b"}}}
+	tools := []map[string]any{
+		{"name": "laugh", "inputSchema": laughSchema(24)},
+		{"name": "laughout", "inputSchema": object(), "outputSchema": laughSchema(24)},
+		{"name": "shared", "inputSchema": shared},
+	}
+	f := newFixture(t)
+	f.env["MCP_TOKEN"] = "Bearer x"
+	set := f.m.Ensure(context.Background(), []*Server{f.server(httpDoc("s", listingServer(t, tools)))})
+	got := f.m.Tools(set)
+	if !slices.Equal(names(got), []string{"s__laughout", "s__shared"}) {
+		t.Fatalf("tools %v, want s__laughout and s__shared", names(got))
+	}
+	if got[0].OutputSchema != nil {
+		t.Errorf("s__laughout kept its output schema")
+	}
+	b, _ := json.Marshal(laughSchema(24))
+	if err := refCycle("parameters", b); err == nil || !strings.Contains(err.Error(), "apply more than 1024 subschemas to one value") {
+		t.Errorf("refCycle: %v", err)
+	}
+	// The listing server does not run the tool: the call passes the
+	// arguments' check and reaches it.
+	res := execute(t, f.executor(set), context.Background(), "s__shared", `{"id": "x"}`)
+	if res.Error == nil || !strings.Contains(res.Error.Message, `unknown tool "shared"`) {
+		t.Errorf("a call of s__shared: %s %+v", res.Output, res.Error)
+	}
+}
+
+// TestManySmallSchemasAreBounded: each subschema costs something to
+// compile whatever its schema's size, so a server's tools together have
+// at most maxServerSchemaNodes of them. 9,990 tools of 28 subschemas each
+// (within the bound on the squares) took 16 s of CPU and 2 GB for each
+// rebuild of the catalog, which the server could ask for every second.
+func TestManySmallSchemasAreBounded(t *testing.T) {
+	var tools []map[string]any
+	for i := range 1000 {
+		tools = append(tools, map[string]any{"name": fmt.Sprintf("t%04d", i), "inputSchema": flatSchema(26)})
+	}
+	f := newFixture(t)
+	f.env["MCP_TOKEN"] = "Bearer x"
+	set := f.m.Ensure(context.Background(), []*Server{f.server(httpDoc("s", listingServer(t, tools)))})
+	fit := maxServerSchemaNodes / 28
+	if got := names(f.m.Tools(set)); len(got) != fit || got[fit-1] != fmt.Sprintf("s__t%04d", fit-1) {
+		t.Errorf("%d tools, the last %q; want the first %d", len(got), got[len(got)-1], fit)
+	}
+}
+
+// TestRenamesAreBounded: a server that lists new names on every change
+// (each needing a rename) grew the mappings remembered without end, and
+// had each logged, 7,000 lines a second. Only the
+// latest listing's mappings are kept, and what is logged about one
+// listing is bounded.
+func TestRenamesAreBounded(t *testing.T) {
+	c := &conn{}
+	for v := range 50 {
+		names := map[string]string{"same": "same"}
+		for i := range 100 {
+			names[fmt.Sprintf("t.%d.%d", v, i)] = fmt.Sprintf("t_%d_%d", v, i)
+		}
+		if fresh := c.noteRenames(names); len(fresh) != 100 {
+			t.Fatalf("listing %d: %d new mappings, want 100", v, len(fresh))
+		}
+		if again := c.noteRenames(names); len(again) != 0 {
+			t.Fatalf("listing %d again: %v are new", v, again)
+		}
+	}
+	if len(c.renamed) != 100 {
+		t.Errorf("%d mappings remembered, want the latest listing's 100", len(c.renamed))
+	}
+
+	var tools []map[string]any
+	for i := range 200 {
+		tools = append(tools, map[string]any{"name": fmt.Sprintf("a.b%03d", i), "inputSchema": object()})
+	}
+	var logs lockedBuffer
+	f := newFixture(t, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	f.env["MCP_TOKEN"] = "Bearer x"
+	set := f.m.Ensure(context.Background(), []*Server{f.server(httpDoc("s", listingServer(t, tools)))})
+	if got := len(f.m.Tools(set)); got != 200 {
+		t.Fatalf("%d tools, want 200", got)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "tool renamed"); n != maxListingNotes {
+		t.Errorf("%d renames logged, want %d", n, maxListingNotes)
+	}
+	if !strings.Contains(out, "notes=180") {
+		t.Errorf("the renames not logged are not counted:\n%s", out)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer for a logger written from several
+// goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // TestStderrLinesAreRateLimited: a stdio server that writes to stderr
 // without end filled the service's log (9 MB a second); at most
 // maxLogLines lines a second are logged, and the next line logged says
@@ -176,6 +308,34 @@ func TestStderrLinesAreRateLimited(t *testing.T) {
 	io.WriteString(l, strings.Repeat("z", 5000)+"\n")
 	if got := lines[len(lines)-1]; len(got) != maxLogLine {
 		t.Errorf("a long line logged as %d bytes, want %d", len(got), maxLogLine)
+	}
+}
+
+// TestStderrTailIsLogged: a server that dies writing more lines than the
+// rate allows (a traceback, whose last line says why) has the count of
+// the lines left out and the last of them logged when it has ended; they
+// used to wait for a next line that never came. So has a last line
+// without its newline.
+func TestStderrTailIsLogged(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var lines []string
+	dropped := 0
+	l := &lineLogger{now: func() time.Time { return now }, log: func(line string, d int) {
+		lines = append(lines, line)
+		dropped += d
+	}}
+	for i := range 40 {
+		fmt.Fprintf(l, "frame %d\n", i)
+	}
+	io.WriteString(l, "RuntimeError: the reason")
+	l.flush()
+	want := []string{"frame 35", "frame 36", "frame 37", "frame 38", "frame 39", "RuntimeError: the reason"}
+	if got := lines[maxLogLines:]; !slices.Equal(got, want) || dropped != 40-maxLogLines+1-len(want) {
+		t.Errorf("after the flush: %q, %d reported dropped; want %q and %d", got, dropped, want, 40-maxLogLines+1-len(want))
+	}
+	l.flush()
+	if len(lines) != maxLogLines+len(want) {
+		t.Errorf("a second flush logged %q", lines[maxLogLines+len(want):])
 	}
 }
 

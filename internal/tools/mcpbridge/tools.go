@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -24,13 +25,26 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 	c.mu.Lock()
 	listing := c.tools
 	c.mu.Unlock()
+	// A server chooses its listing, and may change it every second:
+	// what is logged about one listing is bounded.
+	notes := 0
+	note := func(level slog.Level, msg string, args ...any) {
+		if notes++; notes <= maxListingNotes {
+			c.m.log.Log(context.Background(), level, msg, append([]any{"server", s.name}, args...)...)
+		}
+	}
+	defer func() {
+		if notes > maxListingNotes {
+			c.m.log.Warn("mcp: more notes on the server's tools not logged", "server", s.name, "notes", notes-maxListingNotes, "reason", fmt.Sprintf("more than %d for one listing", maxListingNotes))
+		}
+	}()
 	var picked []*mcp.Tool
 	listed := make(map[string]bool, len(listing))
 	for _, t := range listing {
 		if listed[t.Name] {
 			// Both would get one registry name, which breaks the whole
 			// registry; and a call names one tool only.
-			c.m.log.Warn("mcp: tool left out", "server", s.name, "tool", t.Name, "error", "the server lists this name more than once; the first is kept")
+			note(slog.LevelWarn, "mcp: tool left out", "tool", t.Name, "error", "the server lists this name more than once; the first is kept")
 			continue
 		}
 		listed[t.Name] = true
@@ -39,19 +53,24 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 		}
 	}
 	names := exportNames(s.name, picked)
+	for _, remote := range c.noteRenames(names) {
+		note(slog.LevelInfo, "mcp: tool renamed to fit the naming rule", "tool", remote, "as", registry.JoinName(s.name, names[remote]))
+	}
 	out := make([]*registry.Tool, 0, len(picked))
-	spent := 0
+	spent, nodes := 0, 0
 	for _, t := range picked {
 		export := names[t.Name]
-		if export != t.Name && c.noteRename(t.Name, export) {
-			c.m.log.Info("mcp: tool renamed to fit the naming rule", "server", s.name, "tool", t.Name, "as", registry.JoinName(s.name, export))
-		}
 		tool, err := definition(s, t, export)
 		if err == nil {
-			if work := schemaWork(tool.Parameters) + schemaWork(tool.OutputSchema); spent+work > maxServerSchemaWork {
+			in, out := schemaNodes(tool.Parameters), schemaNodes(tool.OutputSchema)
+			switch work := in*in + out*out; {
+			case spent+work > maxServerSchemaWork:
 				err = fmt.Errorf("the schemas of the server's tools listed before it are as large as toolsvc compiles for one server (the squares of their numbers of subschemas add up to more than %d)", maxServerSchemaWork)
-			} else {
+			case nodes+in+out > maxServerSchemaNodes:
+				err = fmt.Errorf("the schemas of the server's tools listed before it are as large as toolsvc compiles for one server (more than %d subschemas in all)", maxServerSchemaNodes)
+			default:
 				spent += work
+				nodes += in + out
 			}
 		}
 		if err == nil {
@@ -68,13 +87,13 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 				out := tool.OutputSchema
 				tool.OutputSchema = nil
 				if probe(tool) == nil {
-					c.m.log.Warn("mcp: output schema left out; the tool's outputs are not checked", "server", s.name, "tool", t.Name, "error", err, "outputSchema", string(out[:min(len(out), maxLogSchema)]))
+					note(slog.LevelWarn, "mcp: output schema left out; the tool's outputs are not checked", "tool", t.Name, "error", err, "outputSchema", string(out[:min(len(out), maxLogSchema)]))
 					err = nil
 				}
 			}
 		}
 		if err != nil {
-			c.m.log.Warn("mcp: tool left out", "server", s.name, "tool", t.Name, "error", err)
+			note(slog.LevelWarn, "mcp: tool left out", "tool", t.Name, "error", err)
 			continue
 		}
 		out = append(out, tool)
@@ -122,19 +141,30 @@ const (
 	// server's tools, the squares of their numbers of subschemas added up:
 	// eight schemas at the bound above, or thousands of small ones.
 	maxServerSchemaWork = 8 * maxSchemaNodes * maxSchemaNodes
+	// maxServerSchemaNodes bounds the subschemas of one server's tools
+	// together: each costs the same whatever its schema's size (checking
+	// it against the meta-schema, every build), and 9,990 tools of 28
+	// each, well within the bound above, took 16 s of CPU and 2 GB for
+	// every rebuild of the catalog, which a server may ask for once a
+	// second. This many cost about what the bound above does (0.5 s).
+	maxServerSchemaNodes = 16 * maxSchemaNodes
 	// maxLogSchema bounds a schema quoted in the log.
 	maxLogSchema = 1 << 10
+	// maxListingNotes bounds what is logged about one listing (tools
+	// renamed or left out): a server that lists 10,000 new names a second
+	// wrote 7,000 lines a second.
+	maxListingNotes = 20
 )
 
-// schemaWork is what compiling a schema costs, as counted against
-// maxServerSchemaWork; a schema refused for its size costs nothing, since
-// it is never compiled.
-func schemaWork(raw json.RawMessage) int {
+// schemaNodes is the number of subschemas of a schema, as counted
+// against maxServerSchemaWork and maxServerSchemaNodes; a schema refused
+// for its size counts for nothing, since it is never compiled.
+func schemaNodes(raw json.RawMessage) int {
 	n, err := schemaSize("", raw)
 	if err != nil {
 		return 0
 	}
-	return n * n
+	return n
 }
 
 // schemaSize returns the number of subschemas of a schema, or why it is
@@ -220,7 +250,46 @@ func refCycle(what string, raw json.RawMessage) error {
 		}
 		return fmt.Errorf("%s schema: its $refs go round in a cycle (%s) without descending into a value, so no value could be validated against it", what, strings.Join(locs, " → "))
 	}
+	if n := inPlaceFanOut(root); n > maxSchemaNodes {
+		return fmt.Errorf("%s schema: its $refs apply more than %d subschemas to one value, more than toolsvc validates for an imported tool", what, maxSchemaNodes)
+	}
 	return nil
+}
+
+// inPlaceFanOut returns how many schemas, counted with repeats, the
+// schema that applies the most to one value does (itself, its $refs,
+// allOf, anyOf and the like, and theirs), at most maxSchemaNodes+1. The
+// validator follows every path: $defs of a few nodes each applying the
+// next one twice (allOf: [{$ref: next}, {$ref: next}]) took 2^24
+// validations, 11 s of CPU, for every call of the tool. root must have no
+// cycle of in-place references.
+func inPlaceFanOut(root *jsonschema.Schema) int {
+	memo := map[*jsonschema.Schema]int{}
+	var count func(s *jsonschema.Schema) int
+	count = func(s *jsonschema.Schema) int {
+		if n, ok := memo[s]; ok {
+			return n
+		}
+		n := 1
+		for _, next := range inPlace(s) {
+			n = min(n+count(next), maxSchemaNodes+1)
+		}
+		memo[s] = n
+		return n
+	}
+	most := 0
+	all := []*jsonschema.Schema{root}
+	seen := map[*jsonschema.Schema]bool{root: true}
+	for i := 0; i < len(all); i++ {
+		most = max(most, count(all[i]))
+		for _, next := range append(inPlace(all[i]), below(all[i])...) {
+			if !seen[next] {
+				seen[next] = true
+				all = append(all, next)
+			}
+		}
+	}
+	return most
 }
 
 // noLoader loads no external schema.
@@ -548,17 +617,27 @@ func contentItem(c mcp.Content) map[string]any {
 	return map[string]any{"type": fmt.Sprintf("%T", c), "note": "content of this type is not shown"}
 }
 
-// noteRename reports whether the mapping of remote to export is new, so
-// each mapping is logged once per connection.
-func (c *conn) noteRename(remote, export string) bool {
+// noteRenames returns, sorted, the remote names that names (remote to
+// export) maps to another name and that were not mapped so by the
+// previous listing, so each mapping is logged once while it lasts. Only
+// the mappings of this listing are kept: a server that lists new names
+// on every change grew the ones remembered without end (10,000 more a
+// listing, a listing a second).
+func (c *conn) noteRenames(names map[string]string) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.renamed == nil {
-		c.renamed = map[string]string{}
+	cur := map[string]string{}
+	var fresh []string
+	for remote, export := range names {
+		if remote == export {
+			continue
+		}
+		cur[remote] = export
+		if c.renamed[remote] != export {
+			fresh = append(fresh, remote)
+		}
 	}
-	if c.renamed[remote] == export {
-		return false
-	}
-	c.renamed[remote] = export
-	return true
+	c.renamed = cur
+	slices.Sort(fresh)
+	return fresh
 }
