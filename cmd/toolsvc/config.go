@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -151,8 +152,10 @@ type Config struct {
 	probe func() sandbox.ProbeResult
 
 	// environ is the whole environment, for the variables resources name
-	// (exec tools' env allowlists, valueFrom.env).
+	// (exec tools' env allowlists, valueFrom.env); asked records the
+	// names they asked for, which are not unknown settings.
 	environ map[string]string
+	asked   *askedNames
 
 	// WorkspaceReserve is the free space of the workspace's file system
 	// that the file tools leave alone (for the store, when they share it).
@@ -220,6 +223,7 @@ func loadConfig(environ []string) (Config, error) {
 		return c, fmt.Errorf("configuration: %w", err)
 	}
 	c.environ = vars
+	c.asked = &askedNames{names: map[string]bool{}}
 	return c, c.validate()
 }
 
@@ -249,10 +253,30 @@ func (c Config) negatives() map[string]string {
 	return errs
 }
 
+// askedNames are the variables of the environment that resources asked
+// for by name (lookupEnv).
+type askedNames struct {
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+func (a *askedNames) add(name string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.names[name] = true
+}
+
+func (a *askedNames) has(name string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.names[name]
+}
+
 // unknownSettings names the TOOLSVC_ variables of the environment that no
 // setting reads, each with the setting it most likely meant: a misspelt
 // limit would otherwise leave the default in force without a word.
-// TOOLSVC_TEST_ variables are the tests' own.
+// TOOLSVC_TEST_ variables are the tests' own, and variables the resources
+// asked for (a notifier's secretFrom, an MCP server's env) theirs.
 func (c Config) unknownSettings() []string {
 	var known []string
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[Config]()) {
@@ -262,7 +286,7 @@ func (c Config) unknownSettings() []string {
 	}
 	var out []string
 	for k := range c.environ {
-		if !strings.HasPrefix(k, "TOOLSVC_") || strings.HasPrefix(k, "TOOLSVC_TEST_") || slices.Contains(known, k) {
+		if !strings.HasPrefix(k, "TOOLSVC_") || strings.HasPrefix(k, "TOOLSVC_TEST_") || slices.Contains(known, k) || (c.asked != nil && c.asked.has(k)) {
 			continue
 		}
 		best, dist := "", 4 // at most three edits
@@ -283,6 +307,9 @@ func (c Config) unknownSettings() []string {
 // lookupEnv reads one variable of the environment the configuration was
 // loaded from.
 func (c Config) lookupEnv(name string) (string, bool) {
+	if c.asked != nil {
+		c.asked.add(name)
+	}
 	v, ok := c.environ[name]
 	return v, ok
 }

@@ -274,6 +274,12 @@ func TestStoreDurabilitySettings(t *testing.T) {
 	if got := fmt.Sprint(cfg.unknownSettings()); err != nil || got != "[TOOLSVC_NO_SUCH_THING TOOLSVC_RATELIMIT (did you mean TOOLSVC_RATE_LIMIT?)]" {
 		t.Errorf("unknown settings %s (%v)", got, err)
 	}
+	// A variable a resource asks for by name (a notifier's secretFrom) is
+	// not a setting, and not unknown.
+	cfg.lookupEnv("TOOLSVC_NO_SUCH_THING")
+	if got := fmt.Sprint(cfg.unknownSettings()); got != "[TOOLSVC_RATELIMIT (did you mean TOOLSVC_RATE_LIMIT?)]" {
+		t.Errorf("unknown settings once a resource asked for one: %s", got)
+	}
 	cfg, err = loadConfig([]string{"TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_STORE_SYNC=normal", "TOOLSVC_STORE_COMMIT_WINDOW=2ms"})
 	if err != nil || cfg.StoreSync != "normal" || cfg.StoreCommitWindow != 2*time.Millisecond {
 		t.Errorf("normal, 2ms: %+v, %v", cfg.StoreSync, err)

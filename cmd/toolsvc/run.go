@@ -162,9 +162,6 @@ type app struct {
 // callers. With mcp nil, MCPServer resources are checked but not
 // contacted.
 func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
-	for _, name := range cfg.unknownSettings() {
-		log.Warn("unknown setting: no TOOLSVC_ variable has this name, so it changes nothing", "variable", name)
-	}
 	var resources []*config.Resource
 	if len(cfg.ConfigPaths) > 0 {
 		var err error
@@ -275,6 +272,10 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 	}
 	if a.registry, err = a.rebuild(mcp); err != nil {
 		return nil, err
+	}
+	// Once the resources have asked for the variables they name.
+	for _, name := range cfg.unknownSettings() {
+		log.Warn("unknown setting: no TOOLSVC_ variable has this name, so it changes nothing", "variable", name)
 	}
 	return a, nil
 }
