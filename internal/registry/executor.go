@@ -181,7 +181,18 @@ func (e *Executor) Load(reg *Registry, p Policy) {
 			st.series[t.Name] = e.metrics.seriesOf(t)
 		}
 	}
-	e.state.Store(st)
+	old := e.state.Swap(st)
+	if e.metrics != nil && old != nil {
+		// A tool the new catalog no longer has takes its series with it,
+		// unless calls of it still run: a catalog whose names change (an
+		// MCP server that renames its tools on every listing) would
+		// otherwise grow /metrics without end.
+		for name := range old.series {
+			if _, kept := st.series[name]; !kept {
+				e.metrics.forget(name)
+			}
+		}
+	}
 }
 
 // Registry returns the registry in use.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -39,6 +40,26 @@ type toolSeries struct {
 	allowed    lazy[prometheus.Counter]
 	ok         lazy[prometheus.Counter]
 	okDuration lazy[prometheus.Observer]
+}
+
+// forget deletes the series of a tool no longer served, unless calls of
+// it are still running or abandoned (their gauges are not zero yet).
+func (m *Metrics) forget(tool string) {
+	busy := func(g *prometheus.GaugeVec) bool {
+		var out dto.Metric
+		return g.WithLabelValues(tool).Write(&out) == nil && out.GetGauge().GetValue() != 0
+	}
+	if busy(m.inFlight) || busy(m.abandoned) {
+		return
+	}
+	labels := prometheus.Labels{"tool": tool}
+	m.calls.DeletePartialMatch(labels)
+	m.duration.DeletePartialMatch(labels)
+	m.inFlight.DeletePartialMatch(labels)
+	m.truncated.DeletePartialMatch(labels)
+	m.decisions.DeletePartialMatch(labels)
+	m.abandonedTotal.DeletePartialMatch(labels)
+	m.abandoned.DeletePartialMatch(labels)
 }
 
 func (m *Metrics) seriesOf(t *Tool) *toolSeries {
