@@ -279,6 +279,19 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal, mcpChanged <-c
 			r.log.Info("watching the configuration for changes", "paths", strings.Join(r.cfg.ConfigPaths, ","))
 		}
 	}
+	// A catalog rebuilt for the MCP servers' tools waits after each
+	// rebuild twice as long as it took (a second at least) before the next:
+	// a server that changes its tools without pause costs a share of the
+	// CPU, not all of it. Changes meanwhile come to one rebuild.
+	var (
+		pacing  <-chan time.Time
+		pending bool
+	)
+	refresh := func() {
+		start := time.Now()
+		r.refresh()
+		pacing = time.After(max(time.Second, 2*time.Since(start)))
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -290,7 +303,17 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal, mcpChanged <-c
 			r.log.Info("configuration files changed: reloading")
 			_ = r.Reload()
 		case <-mcpChanged:
-			r.refresh()
+			if pacing != nil {
+				pending = true
+				continue
+			}
+			refresh()
+		case <-pacing:
+			pacing = nil
+			if pending {
+				pending = false
+				refresh()
+			}
 		}
 	}
 }

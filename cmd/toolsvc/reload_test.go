@@ -414,3 +414,43 @@ func TestReloadCallers(t *testing.T) {
 		t.Errorf("anonymous request after a refused reload: %d", status)
 	}
 }
+
+// TestMCPChangesArePaced: changes of the MCP servers' tools that come
+// without pause are rebuilt into the catalog at a pace: the first at
+// once, the ones that came meanwhile as one rebuild after it.
+func TestMCPChangesArePaced(t *testing.T) {
+	c := newConfigDir(t)
+	cfg, _ := testEnviron(t, c.dir)
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, nil))
+	changed := make(chan struct{}, 1)
+	mgr := newMCPManager(cfg, log, changed)
+	defer mgr.Close()
+	a, err := build(cfg, log, mgr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := registry.NewExecutor(registry.Options{Registry: a.registry, Policy: a.policy})
+	rl := newReloader(cfg, log, exec, nil, mgr, prometheus.NewRegistry(), a)
+	signals := make(chan struct{})
+	stop := rl.start(context.Background(), nil, signals)
+	defer stop()
+	sent := time.Now()
+	for range 20 {
+		signals <- struct{}{}
+	}
+	if d := time.Since(sent); d > 500*time.Millisecond {
+		t.Skipf("sending the changes took %s, as long as the pace: the machine is too busy to tell", d)
+	}
+	rebuilds := func() int { return strings.Count(logs.String(), "MCP tools changed; catalog rebuilt") }
+	for i := 0; rebuilds() < 2; i++ {
+		if i > 500 {
+			t.Fatalf("%d rebuilds after 20 changes; want 2 (the first, then the rest as one)", rebuilds())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // the pace after the second
+	if n := rebuilds(); n != 2 {
+		t.Errorf("%d rebuilds for 20 changes at once; want 2", n)
+	}
+}
