@@ -84,11 +84,12 @@ func TestJWTSlowKeySetHoldsUpOnlyUnknownKids(t *testing.T) {
 		unknown <- err
 	}()
 	time.Sleep(200 * time.Millisecond) // the unknown kid's fetch hangs
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// The fetch hangs until released: a token that waited for it would
+	// end with this context.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	start := time.Now()
-	if _, err := id.Token(ctx, good); err != nil || time.Since(start) > time.Second {
-		t.Errorf("a token of a cached key, while the issuer's keys are fetched: %v after %s; want it accepted at once", err, time.Since(start))
+	if _, err := id.Token(ctx, good); err != nil {
+		t.Errorf("a token of a cached key, while the issuer's keys are fetched: %v; want it accepted without waiting for the fetch", err)
 	}
 	select {
 	case err := <-unknown:
