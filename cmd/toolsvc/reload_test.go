@@ -121,25 +121,31 @@ func execCall(t *testing.T, e *registry.Executor, name string) *registry.Result 
 	return res
 }
 
+// testReloader builds the service of the configuration in dir as serve
+// does, with its executor and reloader; logs collects what it logs, and
+// ws is its workspace.
+func testReloader(t *testing.T, dir string) (rl *reloader, exec *registry.Executor, logs *syncBuffer, ws string) {
+	t.Helper()
+	cfg, ws := testEnviron(t, dir)
+	logs = &syncBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, nil))
+	mgr := newMCPManager(cfg, log, make(chan struct{}, 1))
+	t.Cleanup(mgr.Close)
+	a, err := build(cfg, log, mgr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec = registry.NewExecutor(registry.Options{Registry: a.registry, Policy: a.policy})
+	return newReloader(cfg, log, exec, nil, mgr, prometheus.NewRegistry(), a), exec, logs, ws
+}
+
 // TestReload drives a reload directly, as SIGHUP and file watching do.
 func TestReload(t *testing.T) {
 	sh := lookSh(t)
 	c := newConfigDir(t)
 	c.write("run.sh", runScript(sh, "v1"), 0o755)
 	c.write("tools.yaml", demoTool("hello", "wait"), 0o644)
-	cfg, ws := testEnviron(t, c.dir)
-	logs := &syncBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, nil))
-	changed := make(chan struct{}, 1)
-	mgr := newMCPManager(cfg, log, changed)
-	defer mgr.Close()
-	a, err := build(cfg, log, mgr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec := registry.NewExecutor(registry.Options{Registry: a.registry, Policy: a.policy})
-	metrics := prometheus.NewRegistry()
-	rl := newReloader(cfg, log, exec, nil, mgr, metrics, a)
+	rl, exec, logs, ws := testReloader(t, c.dir)
 
 	if res := execCall(t, exec, "demo__hello"); string(res.Output) != `"hello v1"` {
 		t.Fatalf("before reload: %s %+v", res.Output, res.Error)
@@ -160,7 +166,7 @@ func TestReload(t *testing.T) {
 
 	// A broken configuration: the running one stays.
 	c.write("broken.yaml", "apiVersion: toolsvc/v1\nkind: Tool\nmetadata: {name: broken}\nspec:\n  tier: read_only\n  exec: {command: [./run.sh]}\n  exprots: []\n", 0o644)
-	err = rl.Reload()
+	err := rl.Reload()
 	if err == nil || !strings.Contains(err.Error(), "broken.yaml") || !strings.Contains(err.Error(), "line 7") {
 		t.Fatalf("broken configuration: %v", err)
 	}
@@ -419,19 +425,7 @@ func TestReloadCallers(t *testing.T) {
 // without pause are rebuilt into the catalog at a pace: the first at
 // once, the ones that came meanwhile as one rebuild after it.
 func TestMCPChangesArePaced(t *testing.T) {
-	c := newConfigDir(t)
-	cfg, _ := testEnviron(t, c.dir)
-	logs := &syncBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, nil))
-	changed := make(chan struct{}, 1)
-	mgr := newMCPManager(cfg, log, changed)
-	defer mgr.Close()
-	a, err := build(cfg, log, mgr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec := registry.NewExecutor(registry.Options{Registry: a.registry, Policy: a.policy})
-	rl := newReloader(cfg, log, exec, nil, mgr, prometheus.NewRegistry(), a)
+	rl, _, logs, _ := testReloader(t, newConfigDir(t).dir)
 	signals := make(chan struct{})
 	stop := rl.start(context.Background(), nil, signals)
 	defer stop()

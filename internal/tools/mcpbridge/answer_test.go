@@ -55,22 +55,39 @@ func newHugeServer(t *testing.T, kind string) *hugeServer {
 }
 
 func (h *hugeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodPost {
-		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		var msg struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-			Params struct {
-				Name string `json:"name"`
-			} `json:"params"`
-		}
-		if json.Unmarshal(b, &msg) == nil && msg.Method == "tools/call" && msg.Params.Name == "echo" {
-			h.answer(w, msg.ID)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(b))
+	var params struct {
+		Name string `json:"name"`
+	}
+	if msg, ok := peekRPC(r, &params); ok && msg.Method == "tools/call" && params.Name == "echo" {
+		h.answer(w, msg.ID)
+		return
 	}
 	h.mcp.ServeHTTP(w, r)
+}
+
+// rpcRequest is what a test server reads of a JSON-RPC request it may
+// answer itself rather than pass on to the SDK's handler.
+type rpcRequest struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// peekRPC reads the JSON-RPC request a POST carries, with its params into
+// params, and puts the body back for the handler that serves it if the
+// test server does not; ok is false for anything else.
+func peekRPC(r *http.Request, params any) (rpcRequest, bool) {
+	var msg rpcRequest
+	if r.Method != http.MethodPost {
+		return msg, false
+	}
+	b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	if json.Unmarshal(b, &msg) != nil {
+		return msg, false
+	}
+	_ = json.Unmarshal(msg.Params, params)
+	return msg, true
 }
 
 // answer writes a tools/call result whose text never ends.

@@ -34,21 +34,13 @@ func pagingServer(t *testing.T, page func(cursor string) any) string {
 	t.Helper()
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return newTestServer(func() {}) }, nil)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-			var msg struct {
-				ID     json.RawMessage `json:"id"`
-				Method string          `json:"method"`
-				Params struct {
-					Cursor string `json:"cursor"`
-				} `json:"params"`
-			}
-			if json.Unmarshal(b, &msg) == nil && msg.Method == "tools/list" {
-				w.Header().Set("Content-Type", "application/json")
-				json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": page(msg.Params.Cursor)})
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(b))
+		var params struct {
+			Cursor string `json:"cursor"`
+		}
+		if msg, ok := peekRPC(r, &params); ok && msg.Method == "tools/list" {
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "result": page(params.Cursor)})
+			return
 		}
 		sdk.ServeHTTP(w, r)
 	})
