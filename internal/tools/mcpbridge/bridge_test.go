@@ -224,7 +224,8 @@ func TestStdioListChangedAndReconnect(t *testing.T) {
 	}
 
 	// The server dies: calls fail with a clear error until it is back.
-	if res := execute(t, e, context.Background(), "local__crash", `{}`); res.Code() != registry.CodeTool || !strings.Contains(res.Error.Message, "local") {
+	if res := execute(t, e, context.Background(), "local__crash", `{}`); res.Code() != registry.CodeTool || !strings.Contains(res.Error.Message, "local") ||
+		!strings.Contains(res.Error.Suggestion, "try the call again in a few seconds") {
 		t.Errorf("crash: %+v", res.Error)
 	}
 	<-f.changes // reconnected: a new process, without the late tool

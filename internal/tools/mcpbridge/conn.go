@@ -468,7 +468,8 @@ func (c *conn) call(ctx context.Context, remote string, req *registry.Request) (
 			return nil, ctx.Err()
 		}
 		var rpc *jsonrpc.Error
-		if !errors.As(err, &rpc) {
+		answered := errors.As(err, &rpc)
+		if !answered {
 			poke(c.broken) // not an answer from the server: check the connection
 		}
 		if tooLarge(err) {
@@ -476,7 +477,12 @@ func (c *conn) call(ctx context.Context, remote string, req *registry.Request) (
 				Message:    fmt.Sprintf("MCP server %s: %v, the most toolsvc reads", c.srv.name, errAnswerTooLarge),
 				Suggestion: "Ask the tool for less: narrower arguments or fewer results."}
 		}
-		return nil, &registry.Error{Code: registry.CodeTool, Message: registry.RedactURLs(fmt.Sprintf("MCP server %s: %v", c.srv.name, err))}
+		e := &registry.Error{Code: registry.CodeTool, Message: registry.RedactURLs(fmt.Sprintf("MCP server %s: %v", c.srv.name, err))}
+		if !answered {
+			// The connection failed, not the tool: it is made again.
+			e.Suggestion = "The connection to the tool's server was lost and is being made again; try the call again in a few seconds, or use another tool."
+		}
+		return nil, e
 	}
 	return resultOutput(res)
 }
