@@ -91,7 +91,7 @@ func newTestServer(crash func()) *mcp.Server {
 			if err := cmd.Start(); err != nil {
 				return nil, nil, err
 			}
-			go cmd.Wait() //nolint:errcheck // reaped by whoever is its parent when it ends
+			go func() { _ = cmd.Wait() }() // reaped here while the server lives
 			return nil, map[string]any{"pid": cmd.Process.Pid}, nil
 		})
 	mcp.AddTool(srv, &mcp.Tool{Name: "mixed", Description: "Return text and an image."},
