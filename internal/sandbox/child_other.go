@@ -3,8 +3,8 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
-	"io"
 	"os/exec"
 	"syscall"
 	"time"
@@ -48,8 +48,14 @@ func waitAndKillGroup(cmd *exec.Cmd, g *group) error {
 
 // Reaped leaves cmd as it is: without Linux there is no reaper, and only
 // the program's process group can be stopped.
-func Reaped(*exec.Cmd, string, time.Duration) (io.Closer, error) { return nothing{}, nil }
+func Reaped(*exec.Cmd, string, time.Duration) (*Reaper, error) { return &Reaper{}, nil }
 
-type nothing struct{}
+// Reaper is what Reaped gives: without Linux, nothing to wait for or
+// release.
+type Reaper struct{}
 
-func (nothing) Close() error { return nil }
+// Started reports nothing: the program was started directly.
+func (*Reaper) Started(context.Context) error { return nil }
+
+// Close does nothing.
+func (*Reaper) Close() error { return nil }

@@ -391,7 +391,7 @@ func TestReapedStarted(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			err = closer.(interface{ Started(context.Context) error }).Started(ctx)
+			err = closer.Started(ctx)
 			if got := fmt.Sprint(err); (c.want == "" && err != nil) || (c.want != "" && got != c.want) {
 				t.Errorf("Started: %v, want %q", err, c.want)
 			}

@@ -289,13 +289,12 @@ func parentOf(pid int) (int, bool) {
 // program: cmd.Process is the reaper.
 //
 // This is for the long-lived helpers the service starts and talks to
-// (MCP servers over stdio); calls' programs go through Run. The returned
-// closer releases what the reaper was given; close it once cmd has ended.
-// Once cmd has started, its Started method (Started(ctx) error) says why
-// the program could not be executed, if it could not: a program that is
-// not one (a bad #! line, a foreign binary) is found only then, and
-// without it the server would just seem to close its output.
-func Reaped(cmd *exec.Cmd, launcher string, grace time.Duration) (io.Closer, error) {
+// (MCP servers over stdio); calls' programs go through Run. Once cmd has
+// started, the Reaper's Started says why the program could not be
+// executed, if it could not: a program that is not one (a bad #! line, a
+// foreign binary) is found only then, and without it the server would
+// just seem to close its output. Close the Reaper once cmd has ended.
+func Reaped(cmd *exec.Cmd, launcher string, grace time.Duration) (*Reaper, error) {
 	if cmd.Err != nil {
 		return nil, cmd.Err // the program was not found: let Start say so
 	}
@@ -320,11 +319,11 @@ func Reaped(cmd *exec.Cmd, launcher string, grace time.Duration) (io.Closer, err
 	cmd.Path = launcher
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = procAttr(true)
-	return &reaped{r: r, w: w}, nil
+	return &Reaper{r: r, w: w}, nil
 }
 
-// reaped holds the set-up pipe of a program started under Reaped.
-type reaped struct {
+// Reaper holds the set-up pipe of a program started under Reaped.
+type Reaper struct {
 	mu   sync.Mutex
 	r, w *os.File
 }
@@ -332,7 +331,7 @@ type reaped struct {
 // Started waits, at most until ctx ends, for the program started under
 // Reaped to be executed, and returns the reason it could not be. Call it
 // once, after the command has started.
-func (h *reaped) Started(ctx context.Context) error {
+func (h *Reaper) Started(ctx context.Context) error {
 	h.mu.Lock()
 	r, w := h.r, h.w
 	h.w = nil
@@ -355,7 +354,8 @@ func (h *reaped) Started(ctx context.Context) error {
 	return nil
 }
 
-func (h *reaped) Close() error {
+// Close releases what the reaper was given.
+func (h *Reaper) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var errs []error

@@ -242,13 +242,13 @@ func (c *conn) transport() (mcp.Transport, func(), error) {
 	}}
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var reaped io.Closer = io.NopCloser(nil)
+	var reaper *sandbox.Reaper
 	if c.m.o.Launcher != "" {
 		// The reaper stops the server's whole tree within reaperGrace of
 		// the SIGTERM the transport sends two seconds after closing the
 		// server's stdin, before the transport's SIGKILL would come.
 		var err error
-		if reaped, err = sandbox.Reaped(cmd, c.m.o.Launcher, reaperGrace); err != nil {
+		if reaper, err = sandbox.Reaped(cmd, c.m.o.Launcher, reaperGrace); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -258,20 +258,16 @@ func (c *conn) transport() (mcp.Transport, func(), error) {
 		if cmd.Process != nil {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
-		_ = reaped.Close()
+		if reaper != nil {
+			_ = reaper.Close()
+		}
 		stderr.flush()
 	}
 	t := &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
-	if s, ok := reaped.(starter); ok {
-		return &reapedTransport{CommandTransport: t, started: s}, cleanup, nil
+	if reaper != nil {
+		return &reapedTransport{CommandTransport: t, reaper: reaper}, cleanup, nil
 	}
 	return t, cleanup, nil
-}
-
-// starter is what sandbox.Reaped returns on Linux: it tells why the
-// program under the reaper could not be executed.
-type starter interface {
-	Started(ctx context.Context) error
 }
 
 // reapedTransport starts a stdio server under its reaper, and fails when
@@ -280,7 +276,7 @@ type starter interface {
 // reaper itself starts either way.
 type reapedTransport struct {
 	*mcp.CommandTransport
-	started starter
+	reaper *sandbox.Reaper
 }
 
 func (t *reapedTransport) Connect(ctx context.Context) (mcp.Connection, error) {
@@ -288,7 +284,7 @@ func (t *reapedTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := t.started.Started(ctx); err != nil {
+	if err := t.reaper.Started(ctx); err != nil {
 		_ = conn.Close()
 		return nil, err
 	}
