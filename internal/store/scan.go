@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -15,15 +16,16 @@ const (
 	approval_id, owner, created_at, updated_at, expires_at, trace_id`
 	ApprovalColumns = `id, caller_id, tool_call_id, tool_name, tier, rule, reason, arguments_digest, arguments, context,
 	status, created_at, expires_at, decided_at, decided_by, decision_reason, filed, length(arguments)`
-	// listedApprovalColumns are ApprovalColumns for a list: arguments
-	// longer than registry.ListedArgumentsBytes are left out (NULL), their
-	// length still given.
-	listedApprovalColumns = `id, caller_id, tool_call_id, tool_name, tier, rule, reason, arguments_digest,
-	CASE WHEN length(arguments) > 16384 THEN NULL ELSE arguments END, context,
-	status, created_at, expires_at, decided_at, decided_by, decision_reason, filed, length(arguments)`
+
 	AuditColumns = `id, time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
 	status, code, duration_ms, arguments_digest, issuer, subject`
 )
+
+// listedApprovalColumns are ApprovalColumns for a list: arguments longer
+// than registry.ListedArgumentsBytes are left out (NULL), their length
+// still given.
+var listedApprovalColumns = strings.Replace(ApprovalColumns, "arguments_digest, arguments,",
+	fmt.Sprintf("arguments_digest, CASE WHEN length(arguments) > %d THEN NULL ELSE arguments END,", registry.ListedArgumentsBytes), 1)
 
 // SelectCallSQL reads one call record by its key.
 const SelectCallSQL = `SELECT ` + CallColumns + ` FROM calls WHERE caller_id = $1 AND tool_call_id = $2`

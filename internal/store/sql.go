@@ -58,12 +58,12 @@ type Dialect struct {
 	ForUpdate string
 }
 
-// keptArguments is the assignment that ends a call's arguments as a done
+// KeptArguments is the assignment that ends a call's arguments as a done
 // record keeps them: those longer than registry.KeptArgumentsBytes are
 // dropped (an empty value), as every statement that ends a call does
 // (the stores' FinishCall, a denial, an expiry, an interruption). The
-// length of a blob counts bytes in both dialects.
-var keptArguments = fmt.Sprintf(`arguments = CASE WHEN length(arguments) > %d THEN substr(arguments, 1, 0) ELSE arguments END`,
+// length of a blob counts bytes in both dialects, without reading it.
+var KeptArguments = fmt.Sprintf(`arguments = CASE WHEN length(arguments) > %d THEN substr(arguments, 1, 0) ELSE arguments END`,
 	registry.KeptArgumentsBytes)
 
 // SQL is the logic both SQL stores share: reading records, listings,
@@ -188,7 +188,7 @@ func (s *SQL) interrupt(ctx context.Context, callerID, toolCallID string) (int, 
 			// index serves, or PostgreSQL may combine the key with the
 			// partial indexes of running records, whose dead entries it
 			// would read whole (see the PostgreSQL store's finishCallSQL).
-			n, err := tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $4, owner = '', expires_at = $5, updated_at = $1, `+keptArguments+`
+			n, err := tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $4, owner = '', expires_at = $5, updated_at = $1, `+KeptArguments+`
 				WHERE caller_id = $6 AND tool_call_id = $7 AND CASE WHEN state = 'running' THEN `+s.Lapsed+` ELSE false END`,
 				s.Time(now), s.ID, s.Time(s.Opened), result, s.Time(time.Time{}), k.caller, k.id)
 			if err != nil {
@@ -340,7 +340,7 @@ func (s *SQL) DecideApproval(ctx context.Context, id string, v registry.Verdict,
 			if err != nil {
 				return err
 			}
-			if moved, err = tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $1, expires_at = $2, updated_at = $3, `+keptArguments+`
+			if moved, err = tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $1, expires_at = $2, updated_at = $3, `+KeptArguments+`
 				WHERE caller_id = $4 AND tool_call_id = $5 AND state = 'pending_approval' AND approval_id = $6`,
 				result, s.Time(time.Time{}), s.Time(clock), a.CallerID, a.ToolCallID, a.ID); err != nil {
 				return err
@@ -479,7 +479,7 @@ func (s *SQL) expire(ctx context.Context, tx Tx, now time.Time, id string) ([]st
 		if err != nil {
 			return nil, err
 		}
-		n, err := tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $1, expires_at = $2, updated_at = $3, `+keptArguments+`
+		n, err := tx.Exec(ctx, `UPDATE calls SET state = 'done', result = $1, expires_at = $2, updated_at = $3, `+KeptArguments+`
 			WHERE caller_id = $4 AND tool_call_id = $5 AND state = 'pending_approval'`,
 			result, s.Time(time.Time{}), s.Time(now), k.caller, k.id)
 		if err != nil {

@@ -1,7 +1,7 @@
 package postgres
 
 // The statements that name records by key, for their query plans.
-const (
+var (
 	FinishCallSQL = finishCallSQL
 	RenewSQL      = renewSQL
 )

@@ -531,7 +531,7 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 	err = s.commit.Do(ctx, w.Size, func(ctx context.Context, b *pgx.Batch) error {
 		stored, id = false, 0 // a write may run again alone after its group failed
 		b.Queue(finishCallSQL,
-			w.Result, now, callerID, toolCallID, s.id, s.channel, key, registry.KeptArgumentsBytes).QueryRow(func(row pgx.Row) error {
+			w.Result, now, callerID, toolCallID, s.id, s.channel, key).QueryRow(func(row pgx.Row) error {
 			var n int
 			err := row.Scan(&n)
 			stored = n == 1
@@ -641,17 +641,6 @@ func (s *Store) forget(callerID, toolCallID string) {
 // scans never mark them dead. Side-effecting calls fell from ~5,500 to
 // ~300 a second within a minute of load.
 const (
-	// finishCallSQL records a result over a running record this instance
-	// owns, or a pending one, keeping its arguments only up to $8
-	// (registry.KeptArgumentsBytes; octet_length of a stored value does
-	// not read it), and notifies the waiters of the key.
-	finishCallSQL = `WITH u AS (
-			UPDATE calls SET state = 'done', result = $1, owner = '', expires_at = NULL, updated_at = $2,
-				arguments = CASE WHEN octet_length(arguments) > $8 THEN '\x'::bytea ELSE arguments END
-			WHERE caller_id = $3 AND tool_call_id = $4
-				AND CASE state WHEN 'pending_approval' THEN true WHEN 'running' THEN owner = $5 ELSE false END
-			RETURNING 1)
-		SELECT count(*) FROM u CROSS JOIN LATERAL (SELECT pg_notify($6, $7)) AS n`
 	// renewSQL extends the leases of the running records of the keys in
 	// $3 and $4 that this instance ($2) owns.
 	renewSQL = `UPDATE calls SET expires_at = $1
@@ -659,6 +648,16 @@ const (
 		WHERE calls.caller_id = k.caller_id AND calls.tool_call_id = k.tool_call_id
 			AND CASE calls.state WHEN 'running' THEN calls.owner = $2 ELSE false END`
 )
+
+// finishCallSQL records a result over a running record this instance
+// owns, or a pending one, keeping its arguments as a done record does
+// (store.KeptArguments), and notifies the waiters of the key.
+var finishCallSQL = `WITH u AS (
+		UPDATE calls SET state = 'done', result = $1, owner = '', expires_at = NULL, updated_at = $2, ` + store.KeptArguments + `
+		WHERE caller_id = $3 AND tool_call_id = $4
+			AND CASE state WHEN 'pending_approval' THEN true WHEN 'running' THEN owner = $5 ELSE false END
+		RETURNING 1)
+	SELECT count(*) FROM u CROSS JOIN LATERAL (SELECT pg_notify($6, $7)) AS n`
 
 // renew extends the leases of the calls this process runs, and only
 // theirs: a record whose result was lost lapses and is interrupted.

@@ -334,15 +334,14 @@ func (s *Store) clock() time.Time { return store.Micro(s.now()) }
 const (
 	insertCallSQL = `INSERT INTO calls (` + store.CallColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (caller_id, tool_call_id) DO NOTHING`
-	// finishCallSQL ends a call, keeping its arguments only up to
-	// registry.KeptArgumentsBytes (length of a blob reads no overflow
-	// page).
-	finishCallSQL = `UPDATE calls SET state = 'done', result = ?, owner = '', expires_at = 0, updated_at = ?,
-			arguments = CASE WHEN length(arguments) > ? THEN X'' ELSE arguments END
-		WHERE caller_id = ? AND tool_call_id = ? AND (state = 'pending_approval' OR (state = 'running' AND owner = ?))`
 	insertAuditSQL = `INSERT INTO audit (time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,
 		status, code, duration_ms, arguments_digest, issuer, subject) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
+
+// finishCallSQL ends a call, keeping its arguments as a done record does
+// (store.KeptArguments).
+var finishCallSQL = `UPDATE calls SET state = 'done', result = ?, owner = '', expires_at = 0, updated_at = ?, ` + store.KeptArguments + `
+	WHERE caller_id = ? AND tool_call_id = ? AND (state = 'pending_approval' OR (state = 'running' AND owner = ?))`
 
 var preparedSQL = []string{insertCallSQL, store.SelectCallSQL, finishCallSQL, insertAuditSQL, `SAVEPOINT op`, `RELEASE op`, `ROLLBACK TO op`}
 
@@ -427,7 +426,7 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 	)
 	err = s.commit.Do(ctx, w.Size, func(ctx context.Context, tx *sql.Tx) error {
 		n, id, rec = 0, 0, nil // set afresh when the write runs again
-		r, err := s.stmt(ctx, tx, finishCallSQL).ExecContext(ctx, w.Result, micro(now), registry.KeptArgumentsBytes, callerID, toolCallID, s.id)
+		r, err := s.stmt(ctx, tx, finishCallSQL).ExecContext(ctx, w.Result, micro(now), callerID, toolCallID, s.id)
 		if err != nil {
 			return err
 		}
