@@ -7,14 +7,12 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
-	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 )
 
 // finishFails is a real store whose FinishCall fails while down is set.
@@ -34,11 +32,7 @@ func (f *finishFails) FinishCall(ctx context.Context, c, id string, r *registry.
 // result the store did not take carries Toolsvc-Record: pending, as the
 // answer to the call itself would.
 func TestApprovedRunWhoseRecordIsHeld(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	fs := &finishFails{Store: st}
 	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = fs })
 	r, res := e.call("/calls", `{"toolName":"test__priv","toolCallId":"held_p","arguments":{"n":1}}`)
@@ -56,11 +50,7 @@ func TestApprovedRunWhoseRecordIsHeld(t *testing.T) {
 
 // A decision that cannot be read says what is wrong in JSON's words.
 func TestDecisionProblems(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
 	r, res := e.call("/calls", `{"toolName":"test__priv","toolCallId":"dec_p","arguments":{"n":1}}`)
 	if r.status != 202 || res.Approval == nil {
@@ -109,11 +99,7 @@ func (f *filingFails) WithdrawCall(ctx context.Context, c, id, approvalID string
 // request was never filed does not hand out a ticket to a request that
 // does not exist; sending the call again files it.
 func TestGetCallWithUnfiledApproval(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	ff := &filingFails{Store: st}
 	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = ff })
 	body := `{"toolName":"test__priv","toolCallId":"unfiled","arguments":{"n":1}}`
@@ -144,11 +130,7 @@ func TestGetCallWithUnfiledApproval(t *testing.T) {
 // so it is admitted as the API's decisions are: refused while the service
 // drains (nothing runs), and counted among the calls shutdown waits for.
 func TestConsoleDecisionIsACall(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
 	r, res := e.call("/calls", `{"toolName":"test__priv","toolCallId":"ui_p","arguments":{"n":1}}`)
 	if r.status != 202 || res.Approval == nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -39,11 +38,7 @@ type approvalEnv struct {
 
 func newApprovalEnv(t *testing.T) *approvalEnv {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	pol, err := policy.New([]policy.Document{{Name: "t", Source: "test.yaml:1", Spec: policy.Spec{Rules: []policy.Rule{
 		{Name: "mine", Tools: []string{"test__mine"}, Decision: registry.Ask, Reason: "changes the user's things", CallerMayApprove: true},
 	}}}}, policy.Options{})

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
-	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 )
 
 // bearerTransport adds a token to every request of an MCP client.
@@ -157,11 +155,7 @@ func TestMCPAuthentication(t *testing.T) {
 // the error result carries the approval id, and once approved the result
 // is at GET /calls/{toolCallId}.
 func TestMCPPendingApproval(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
 	cs, err := mcpSession(t, e, "")
 	if err != nil {

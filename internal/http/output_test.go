@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -25,11 +24,7 @@ import (
 // GET /calls/{id}/output pages through the whole output, for its caller
 // only and only while the tool is in the caller's catalog.
 func TestCutOutputIsReadOn(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	call := []registry.Scope{registry.ScopeCall}
 	e := newEnv(t, func(d *Deps, o *registry.Options) {
 		o.Spill = registry.NewSpiller(registry.SpillOptions{Store: st, Registerer: prometheus.NewRegistry()})
@@ -139,11 +134,7 @@ func TestCutOutputIsReadOn(t *testing.T) {
 // spillEnv is an env whose executor keeps cut outputs in a SQLite store.
 func spillEnv(t *testing.T) (*env, *sqlite.Store) {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	return newEnv(t, func(d *Deps, o *registry.Options) {
 		o.Spill = registry.NewSpiller(registry.SpillOptions{Store: st})
 	}), st

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/toolsvc/toolsvc/api"
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 	"github.com/toolsvc/toolsvc/internal/tools/jsonq"
 	resulttool "github.com/toolsvc/toolsvc/internal/tools/result"
 	"github.com/toolsvc/toolsvc/internal/tools/text"
@@ -606,4 +608,16 @@ func TestCheckDepth(t *testing.T) {
 	if err := checkDepth([]byte(`[[[1]]]`), 2); err == nil {
 		t.Error("depth 3 passed a limit of 2")
 	}
+}
+
+// openStore opens an embedded store in a temporary directory, closed when
+// the test ends.
+func openStore(t testing.TB) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +22,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
-	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 	"github.com/toolsvc/toolsvc/internal/telemetry"
 )
 
@@ -328,11 +326,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 // records the ask, and the approved run is an execute_tool span under the
 // approver's request.
 func TestApprovedCallTraced(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	e, exp, _ := tracedEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
 	r, res := e.call("/calls", `{"toolName":"test__priv","toolCallId":"call_p","arguments":{"n":1}}`)
 	if r.status != 202 || res.Approval == nil {
@@ -365,11 +359,7 @@ func TestApprovedCallTraced(t *testing.T) {
 // traceparent carries that trace id, while it waits for approval and once
 // the approved run (under the approver's own trace) has ended.
 func TestCallRecordCarriesTraceID(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	e, _, _ := tracedEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
 	const traceID, approverTrace = "4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c"
 	traced := func(id string) map[string]string {
