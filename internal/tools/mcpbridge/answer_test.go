@@ -43,6 +43,14 @@ func newHugeServer(t *testing.T, kind string) *hugeServer {
 	t.Helper()
 	h := &hugeServer{kind: kind, ended: make(chan struct{}),
 		mcp: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return newTestServer(func() {}) }, nil)}
+	h.url = serveMCP(t, h)
+	return h
+}
+
+// serveMCP serves h on a loopback port until the test ends and returns
+// its MCP endpoint.
+func serveMCP(t *testing.T, h http.Handler) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -50,8 +58,7 @@ func newHugeServer(t *testing.T, kind string) *hugeServer {
 	hs := &http.Server{Handler: h}
 	go hs.Serve(ln)
 	t.Cleanup(func() { hs.Close() })
-	h.url = "http://" + ln.Addr().String() + "/mcp"
-	return h
+	return "http://" + ln.Addr().String() + "/mcp"
 }
 
 func (h *hugeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -86,7 +93,9 @@ func peekRPC(r *http.Request, params any) (rpcRequest, bool) {
 	if json.Unmarshal(b, &msg) != nil {
 		return msg, false
 	}
-	_ = json.Unmarshal(msg.Params, params)
+	if params != nil {
+		_ = json.Unmarshal(msg.Params, params)
+	}
 	return msg, true
 }
 

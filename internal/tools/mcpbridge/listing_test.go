@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -44,14 +43,7 @@ func pagingServer(t *testing.T, page func(cursor string) any) string {
 		}
 		sdk.ServeHTTP(w, r)
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: h}
-	go hs.Serve(ln)
-	t.Cleanup(func() { hs.Close() })
-	return "http://" + ln.Addr().String() + "/mcp"
+	return serveMCP(t, h)
 }
 
 func object() map[string]any { return map[string]any{"type": "object"} }
@@ -275,30 +267,41 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// logged is what a lineLogger logged, on a clock the test moves.
+type logged struct {
+	now     time.Time
+	lines   []string
+	dropped int // as reported with the lines
+}
+
+// lineLogger returns a lineLogger that logs into g.
+func (g *logged) lineLogger() *lineLogger {
+	g.now = time.Unix(1000, 0)
+	return &lineLogger{now: func() time.Time { return g.now }, log: func(line string, d int) {
+		g.lines = append(g.lines, line)
+		g.dropped += d
+	}}
+}
+
 // TestStderrLinesAreRateLimited: a stdio server that writes to stderr
 // without end filled the service's log (9 MB a second); at most
 // maxLogLines lines a second are logged, and the next line logged says
 // how many were left out.
 func TestStderrLinesAreRateLimited(t *testing.T) {
-	now := time.Unix(1000, 0)
-	var lines []string
-	dropped := 0
-	l := &lineLogger{now: func() time.Time { return now }, log: func(line string, d int) {
-		lines = append(lines, line)
-		dropped += d
-	}}
+	var g logged
+	l := g.lineLogger()
 	io.WriteString(l, strings.Repeat("x\n", 10000)+strings.Repeat("y", 5000)+"\n")
-	if len(lines) != maxLogLines {
-		t.Fatalf("%d lines logged in one second, want %d", len(lines), maxLogLines)
+	if len(g.lines) != maxLogLines {
+		t.Fatalf("%d lines logged in one second, want %d", len(g.lines), maxLogLines)
 	}
-	now = now.Add(time.Second)
+	g.now = g.now.Add(time.Second)
 	io.WriteString(l, "later\n")
-	if len(lines) != maxLogLines+1 || lines[maxLogLines] != "later" || dropped != 10001-maxLogLines {
-		t.Errorf("after a second: %d lines, last %q, %d reported dropped", len(lines), lines[len(lines)-1], dropped)
+	if len(g.lines) != maxLogLines+1 || g.lines[maxLogLines] != "later" || g.dropped != 10001-maxLogLines {
+		t.Errorf("after a second: %d lines, last %q, %d reported dropped", len(g.lines), g.lines[len(g.lines)-1], g.dropped)
 	}
-	now = now.Add(time.Second)
+	g.now = g.now.Add(time.Second)
 	io.WriteString(l, strings.Repeat("z", 5000)+"\n")
-	if got := lines[len(lines)-1]; len(got) != maxLogLine {
+	if got := g.lines[len(g.lines)-1]; len(got) != maxLogLine {
 		t.Errorf("a long line logged as %d bytes, want %d", len(got), maxLogLine)
 	}
 }
@@ -309,25 +312,20 @@ func TestStderrLinesAreRateLimited(t *testing.T) {
 // used to wait for a next line that never came. So has a last line
 // without its newline.
 func TestStderrTailIsLogged(t *testing.T) {
-	now := time.Unix(1000, 0)
-	var lines []string
-	dropped := 0
-	l := &lineLogger{now: func() time.Time { return now }, log: func(line string, d int) {
-		lines = append(lines, line)
-		dropped += d
-	}}
+	var g logged
+	l := g.lineLogger()
 	for i := range 40 {
 		fmt.Fprintf(l, "frame %d\n", i)
 	}
 	io.WriteString(l, "RuntimeError: the reason")
 	l.flush()
 	want := []string{"frame 35", "frame 36", "frame 37", "frame 38", "frame 39", "RuntimeError: the reason"}
-	if got := lines[maxLogLines:]; !slices.Equal(got, want) || dropped != 40-maxLogLines+1-len(want) {
-		t.Errorf("after the flush: %q, %d reported dropped; want %q and %d", got, dropped, want, 40-maxLogLines+1-len(want))
+	if got := g.lines[maxLogLines:]; !slices.Equal(got, want) || g.dropped != 40-maxLogLines+1-len(want) {
+		t.Errorf("after the flush: %q, %d reported dropped; want %q and %d", got, g.dropped, want, 40-maxLogLines+1-len(want))
 	}
 	l.flush()
-	if len(lines) != maxLogLines+len(want) {
-		t.Errorf("a second flush logged %q", lines[maxLogLines+len(want):])
+	if len(g.lines) != maxLogLines+len(want) {
+		t.Errorf("a second flush logged %q", g.lines[maxLogLines+len(want):])
 	}
 }
 
@@ -371,29 +369,19 @@ func TestListChangedFloodIsCoalesced(t *testing.T) {
 	srv := newTestServer(func() {})
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
 	var lists atomic.Int64
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-			if bytes.Contains(b, []byte(`"tools/list"`)) {
-				lists.Add(1)
-			}
-			r.Body = io.NopCloser(bytes.NewReader(b))
+	endpoint := serveMCP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if msg, ok := peekRPC(r, nil); ok && msg.Method == "tools/list" {
+			lists.Add(1)
 		}
 		sdk.ServeHTTP(w, r)
-	})}
-	go hs.Serve(ln)
-	t.Cleanup(func() { hs.Close() })
+	}))
 	f := newFixture(t)
 	f.env["MCP_TOKEN"] = "Bearer x"
 	go func() {
 		for range f.changes { // more than the fixture keeps, without the bound
 		}
 	}()
-	set := f.m.Ensure(context.Background(), []*Server{f.server(httpDoc("s", "http://"+ln.Addr().String()+"/mcp"))})
+	set := f.m.Ensure(context.Background(), []*Server{f.server(httpDoc("s", endpoint))})
 	before := lists.Load()
 	// The SDK's server sends list_changed 10 ms after a change.
 	start := time.Now()
