@@ -12,7 +12,8 @@
 // call. A call that finds all Size workers busy waits for one, within its
 // own deadline: the tools are CPU-bound, so more processes than that
 // would only share the same cores, and the pool's memory stays within
-// Size × MemoryLimit.
+// Size × MemoryLimit. Callers with calls waiting take turns, so one
+// caller's many calls do not queue another's behind them all.
 package worker
 
 import (
@@ -101,8 +102,8 @@ func DefaultSize() int { return 2 * runtime.GOMAXPROCS(0) }
 // Pool starts, reuses and kills worker processes.
 type Pool struct {
 	o Options
-	// slots holds a token for each worker a call holds (Size at most).
-	slots  chan struct{}
+	// slots are the Size workers calls may hold, taken by callers in turn.
+	slots  *turns
 	mu     sync.Mutex
 	idle   []*proc
 	closed bool
@@ -119,7 +120,7 @@ func New(o Options) (*Pool, error) {
 	if o.MemoryLimit < minMemoryLimit {
 		return nil, fmt.Errorf("%s is %d bytes; a worker needs at least %d", LimitSetting, o.MemoryLimit, minMemoryLimit)
 	}
-	return &Pool{o: o, slots: make(chan struct{}, o.Size)}, nil
+	return &Pool{o: o, slots: newTurns(o.Size)}, nil
 }
 
 // MemoryLimit returns the ceiling of each worker.
@@ -193,13 +194,15 @@ func (p *Pool) Call(ctx context.Context, tool string, req *registry.Request) (an
 		return nil, err
 	}
 	// Wait for a worker of the Size the pool may run, within the call's
-	// deadline.
-	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	// deadline, taking turns with other callers' calls.
+	var caller string
+	if req.Caller != nil {
+		caller = req.Caller.ID
 	}
-	defer func() { <-p.slots }()
+	if err := p.slots.acquire(ctx, caller); err != nil {
+		return nil, err
+	}
+	defer p.slots.release(caller)
 	// An idle worker may have died since its last call; a failed write
 	// to it is retried once on a fresh one.
 	for attempt := 0; ; attempt++ {
