@@ -361,6 +361,9 @@ func (r row) MarshalJSON() ([]byte, error) {
 }
 
 func parseJSONL(text string, c *collector) error {
+	// A byte order mark is not JSON, and the error would name a character
+	// the model cannot see in its text.
+	text = strings.TrimPrefix(text, "\uFEFF")
 	line := 0
 	for len(text) > 0 {
 		line++
