@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,7 +88,10 @@ type Store struct {
 	hub     *store.Hub
 	leases  *store.Leases
 	commit  *store.Committer[*pgx.Batch]
-	sql     *store.SQL
+	// doubts are running records whose insert may have committed although
+	// BeginCall failed; see withdrawDoubts.
+	doubts chan doubt
+	sql    *store.SQL
 	store.Spills
 
 	notifications atomic.Uint64
@@ -146,6 +150,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		log:     cmp.Or(o.Logger, slog.New(slog.DiscardHandler)),
 		hub:     store.NewHub(),
 		leases:  store.NewLeases(),
+		doubts:  make(chan doubt, maxDoubts),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -215,10 +220,14 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	})
 	bg, stop := context.WithCancel(context.Background())
 	s.stop = stop
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go func() {
 		defer s.wg.Done()
 		s.listen(bg, conn)
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.withdrawDoubts(bg)
 	}()
 	go func() {
 		defer s.wg.Done()
@@ -435,6 +444,7 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 		var (
 			created  bool
 			existing *registry.CallRecord
+			sent     atomic.Bool // the insert was queued into a batch
 		)
 		// One statement: the insert, or the record in its way when an
 		// earlier statement (of this transaction too) wrote it. A record
@@ -442,6 +452,7 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 		// not in its snapshot: then it is read after the commit.
 		err = s.commit.DoOrSettle(ctx, len(c.Arguments)+len(result)+len(cctx)+256, func(ctx context.Context, b *pgx.Batch) error {
 			created, existing = false, nil
+			sent.Store(true)
 			b.Queue(`WITH ins AS (
 					INSERT INTO calls (`+store.CallColumns+`)
 					VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13)
@@ -462,6 +473,14 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 			}
 		})
 		if err != nil {
+			var pe *pgconn.PgError
+			if c.State == registry.CallRunning && sent.Load() && !errors.As(err, &pe) {
+				// The batch was sent and its answer lost (a deadline, a
+				// cut connection): the record may have committed, and
+				// would hold every retry of a call that did not run
+				// until its lease lapsed, then read E_INTERRUPTED.
+				s.doubt(doubt{callerID: c.CallerID, toolCallID: c.ToolCallID, createdAt: now, until: c.ExpiresAt})
+			}
 			return nil, false, err
 		}
 		if created {
@@ -630,6 +649,102 @@ func (s *Store) forget(callerID, toolCallID string) {
 	}
 }
 
+// doubt is the running record of one BeginCall that failed after its
+// insert was sent: it may have committed or not. createdAt tells it from
+// a record a later attempt of the same call wrote; until is its lease.
+type doubt struct {
+	callerID, toolCallID string
+	createdAt, until     time.Time
+}
+
+// maxDoubts bounds the records withdrawDoubts holds; beyond it a doubtful
+// record is left to lapse (E_INTERRUPTED), as before.
+const maxDoubts = 4096
+
+// doubt hands d to withdrawDoubts, or logs that it cannot.
+func (s *Store) doubt(d doubt) {
+	select {
+	case s.doubts <- d:
+	default:
+		s.log.Warn("store: too many call records of unknown outcome to withdraw; this one reads E_INTERRUPTED once its lease lapses",
+			"toolCallId", d.toolCallID, "held", maxDoubts)
+	}
+}
+
+// withdrawDoubts deletes the running records of the BeginCalls that
+// failed after their insert was sent (the database answered too late,
+// or the connection was cut): such a call answered 503 and did not run,
+// so a retry must run it, not wait on a record nobody renews and then
+// read E_INTERRUPTED. A record goes only while it is the one that attempt
+// wrote (its created_at), still running under this instance and within
+// its lease. It is tried at once, and again every lease/3 while its lease
+// lasts, since the insert may commit after the first try.
+func (s *Store) withdrawDoubts(ctx context.Context) {
+	every := s.lease / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var pending []doubt
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d := <-s.doubts:
+			pending = append(pending, d)
+			for more := true; more && len(pending) < maxDoubts; {
+				select {
+				case d := <-s.doubts:
+					pending = append(pending, d)
+				default:
+					more = false
+				}
+			}
+		case <-t.C:
+		}
+		now := s.clock()
+		pending = slices.DeleteFunc(pending, func(d doubt) bool { return !now.Before(d.until) })
+		if len(pending) == 0 {
+			continue
+		}
+		dctx, cancel := context.WithTimeout(ctx, every)
+		gone, err := s.withdraw(dctx, pending, now)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("store: withdrawing the records of calls that did not run failed; retrying", "records", len(pending), "err", err)
+			}
+			continue
+		}
+		pending = slices.DeleteFunc(pending, func(d doubt) bool {
+			_, ok := gone[store.Key(d.callerID, d.toolCallID)]
+			return ok
+		})
+	}
+}
+
+// withdraw deletes the records of ds that are still the ones their
+// attempts wrote, and returns the keys of those it deleted.
+func (s *Store) withdraw(ctx context.Context, ds []doubt, now time.Time) (map[string]struct{}, error) {
+	callers, ids, keys := make([]string, len(ds)), make([]string, len(ds)), make([]string, len(ds))
+	created := make([]time.Time, len(ds))
+	for i, d := range ds {
+		callers[i], ids[i], created[i], keys[i] = d.callerID, d.toolCallID, d.createdAt, store.Key(d.callerID, d.toolCallID)
+	}
+	rows, err := s.pool.Query(ctx, withdrawDoubtsSQL, callers, ids, created, keys, s.id, now, s.channel)
+	if err != nil {
+		return nil, err
+	}
+	gone := make(map[string]struct{})
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		gone[k] = struct{}{}
+	}
+	return gone, rows.Err()
+}
+
 // The statements on records named by key test their state and owner
 // inside a CASE, which no index can serve, so that PostgreSQL finds the
 // records by the primary key alone. Written as plain conditions, they let
@@ -641,6 +756,16 @@ func (s *Store) forget(callerID, toolCallID string) {
 // scans never mark them dead. Side-effecting calls fell from ~5,500 to
 // ~300 a second within a minute of load.
 const (
+	// withdrawDoubtsSQL deletes the running records of the keys ($1, $2)
+	// that this instance ($5) wrote at the times in $3 and whose lease has
+	// not lapsed at $6, notifying the waiters of each ($4 on $7).
+	withdrawDoubtsSQL = `WITH d AS (
+		DELETE FROM calls USING unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS k(caller_id, tool_call_id, created_at, key)
+		WHERE calls.caller_id = k.caller_id AND calls.tool_call_id = k.tool_call_id
+			AND CASE calls.state WHEN 'running' THEN calls.owner = $5 AND calls.created_at = k.created_at AND calls.expires_at > $6 ELSE false END
+		RETURNING k.key)
+	SELECT key FROM d CROSS JOIN LATERAL (SELECT pg_notify($7, key)) AS n`
+
 	// renewSQL extends the leases of the running records of the keys in
 	// $3 and $4 that this instance ($2) owns.
 	renewSQL = `UPDATE calls SET expires_at = $1
