@@ -212,7 +212,34 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		tx.Rollback()
 		return err
 	}
+	if err := s.moved(); err != nil {
+		tx.Rollback()
+		return err
+	}
 	return tx.Commit()
+}
+
+// moved reports that the database file at the store's path is no longer
+// the one this store writes, or that its WAL is gone: deleted or replaced
+// while the service ran. SQLite keeps writing to the open files, so
+// without this check every write would succeed and be lost at the next
+// start. Write transactions and the readiness probe fail instead.
+func (s *Store) moved() error {
+	db := s.lock[1] // the database file, open since Open (lockStore)
+	held, err := db.Stat()
+	if err == nil {
+		var now os.FileInfo
+		if now, err = os.Stat(db.Name()); err == nil && !os.SameFile(held, now) {
+			err = fmt.Errorf("%s is another file now", db.Name())
+		}
+	}
+	if err == nil {
+		_, err = os.Stat(db.Name() + "-wal")
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite store: the database file was deleted or replaced while the service ran (%w); nothing written now would survive a restart, so writes are refused: restart the service (it opens the file at %s, or creates it anew)", err, db.Name())
+	}
+	return nil
 }
 
 // runner runs the shared statements (store.Tx) on the database or a
@@ -665,6 +692,9 @@ const probeHeadroom = 128 << 10
 func (s *Store) Ping(ctx context.Context) error {
 	var one int
 	if err := s.r.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return err
+	}
+	if err := s.moved(); err != nil {
 		return err
 	}
 	if _, err := s.w.ExecContext(ctx, `INSERT INTO probe (id, at, pad) VALUES (1, ?, zeroblob(?))
