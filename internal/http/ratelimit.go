@@ -109,28 +109,52 @@ func (s *Server) limitCalls(ctx context.Context, caller *registry.Caller, tools 
 	h := http.Header{}
 	// The caller's bucket is taken last: calls a tool's bucket refuses do
 	// not run, so they must not use up what the caller may call otherwise.
-	// (Calls the caller's bucket refuses have still taken from the tools'.)
+	// Before the tools' buckets are taken, the caller's is looked at, so
+	// that calls it would refuse do not use up the tools' either. (Only a
+	// call racing another of the same caller between the look and the take
+	// can still take from a tool's bucket and then be refused.)
+	if len(takes) > 1 {
+		t := takes[0]
+		if d, err := s.deps.RateLimiter.Peek(ctx, t.bucket, t.n); err == nil && !d.Allowed {
+			return h, s.refuse(ctx, h, lim, t.bucket, t.name, t.kind, d, nil)
+		}
+	}
 	slices.Reverse(takes)
 	for _, t := range takes {
 		d, err := s.deps.RateLimiter.Allow(ctx, t.bucket, t.n)
-		policy := fmt.Sprintf("%q;q=%d;w=%d", t.name, t.bucket.Burst, wholeSeconds(float64(t.bucket.Burst)/t.bucket.PerSecond))
-		h.Add("RateLimit-Policy", policy)
-		h.Add("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", t.name, d.Remaining, int64(math.Ceil(d.ResetAfter.Seconds()))))
 		if err != nil && !errors.Is(err, ratelimit.ErrUnavailable) {
+			addRateHeaders(h, t.bucket, t.name, d)
 			return h, err
 		}
 		if err != nil || !d.Allowed {
-			if s.rate != nil {
-				s.rate.limited.WithLabelValues(lim.Name, t.kind).Inc()
-			}
-			trace.SpanFromContext(ctx).SetAttributes(attribute.String("toolsvc.rate_limit", lim.Name+"/"+t.kind))
-			if err == nil && d.RetryAfter <= 0 {
-				d.RetryAfter = time.Second
-			}
-			return h, &rateLimited{d: d, policy: policy, err: err}
+			return h, s.refuse(ctx, h, lim, t.bucket, t.name, t.kind, d, err)
 		}
+		addRateHeaders(h, t.bucket, t.name, d)
 	}
 	return h, nil
+}
+
+// addRateHeaders adds a bucket's RateLimit-Policy and RateLimit headers
+// to h, and returns the policy.
+func addRateHeaders(h http.Header, b ratelimit.Bucket, name string, d ratelimit.Decision) string {
+	policy := fmt.Sprintf("%q;q=%d;w=%d", name, b.Burst, wholeSeconds(float64(b.Burst)/b.PerSecond))
+	h.Add("RateLimit-Policy", policy)
+	h.Add("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", name, d.Remaining, int64(math.Ceil(d.ResetAfter.Seconds()))))
+	return policy
+}
+
+// refuse records that a bucket refused calls (err: the shared limiter
+// failing closed) and returns the refusal, its headers added to h.
+func (s *Server) refuse(ctx context.Context, h http.Header, lim *registry.RateLimit, b ratelimit.Bucket, name, kind string, d ratelimit.Decision, err error) *rateLimited {
+	policy := addRateHeaders(h, b, name, d)
+	if s.rate != nil {
+		s.rate.limited.WithLabelValues(lim.Name, kind).Inc()
+	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("toolsvc.rate_limit", lim.Name+"/"+kind))
+	if err == nil && d.RetryAfter <= 0 {
+		d.RetryAfter = time.Second
+	}
+	return &rateLimited{d: d, policy: policy, err: err}
 }
 
 // limitHTTP applies limitCalls to an HTTP request: the headers are set,

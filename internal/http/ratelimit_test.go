@@ -3,7 +3,9 @@ package http
 import (
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolsvc/toolsvc/internal/ratelimit"
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -56,6 +58,39 @@ func TestToolBucketRefusalsSpareCallerBucket(t *testing.T) {
 	for i, want := range []int{200, 200, 429} {
 		if r := e.do("POST", "/calls", text, h, true); r.status != want {
 			t.Errorf("text call %d after the refused json calls: %d %s, want %d (the caller's burst of 3 less the json call that ran)", i, r.status, r.header.Values("RateLimit"), want)
+		}
+	}
+}
+
+// Calls the caller's own bucket refuses did not run either: they do not
+// use up a tool's bucket, so once the caller's refills the tool answers.
+func TestCallerBucketRefusalsSpareToolBucket(t *testing.T) {
+	caller := &registry.Caller{ID: "x", Scopes: []registry.Scope{registry.ScopeCall}, RateLimit: &registry.RateLimit{
+		Name: "x", PerSecond: 0.01, Burst: 2, Tools: []registry.ToolRateLimit{{Tools: []string{"json__*"}, PerSecond: 1e-9, Burst: 3}},
+	}}
+	now := time.Unix(1000, 0)
+	e := newEnv(t, func(d *Deps, o *registry.Options) {
+		d.Auth = staticAuth{"tok": caller}
+		d.RateLimiter = ratelimit.NewLocal(0, func() time.Time { return now })
+	})
+	h := bearerHeader("tok")
+	jq := []byte(`{"toolName":"json__query","arguments":{"program":"1"}}`)
+	text := []byte(`{"toolName":"text__transform","arguments":{"operation":"upper","text":"x"}}`)
+	for i, want := range []int{200, 200} {
+		if r := e.do("POST", "/calls", text, h, true); r.status != want {
+			t.Fatalf("text call %d: %d, want %d", i, r.status, want)
+		}
+	}
+	for i := range 5 {
+		r := e.do("POST", "/calls", jq, h, true)
+		if r.status != 429 || !strings.Contains(r.header.Get("RateLimit"), `"caller";r=0`) {
+			t.Fatalf("json call %d with the caller's bucket empty: %d %q, want 429 naming the caller's bucket", i, r.status, r.header.Values("RateLimit"))
+		}
+	}
+	now = now.Add(200 * time.Second) // the caller's bucket is full again
+	for i, want := range []int{200, 200} {
+		if r := e.do("POST", "/calls", jq, h, true); r.status != want {
+			t.Errorf("json call %d after the caller's bucket refilled: %d %q, want %d (the tool's bucket of 3 untouched by the refused calls)", i, r.status, r.header.Values("RateLimit"), want)
 		}
 	}
 }

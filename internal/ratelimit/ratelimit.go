@@ -43,6 +43,9 @@ type Decision struct {
 // Limiter takes n tokens from a bucket.
 type Limiter interface {
 	Allow(ctx context.Context, b Bucket, n int) (Decision, error)
+	// Peek says whether Allow would let n tokens through now, taking
+	// none.
+	Peek(ctx context.Context, b Bucket, n int) (Decision, error)
 	// Status says how the limiter is (for /readyz) and whether calls are
 	// served; it never blocks longer than ctx.
 	Status(ctx context.Context) (detail string, ok bool)
@@ -120,6 +123,32 @@ func (l *Local) Allow(_ context.Context, b Bucket, n int) (Decision, error) {
 	tokens := lim.TokensAt(now)
 	d.Remaining = max(0, int(math.Floor(tokens)))
 	d.ResetAfter = seconds((float64(b.Burst) - tokens) / b.PerSecond)
+	return d, nil
+}
+
+// Peek implements Limiter. A bucket not kept is full.
+func (l *Local) Peek(_ context.Context, b Bucket, n int) (Decision, error) {
+	if err := b.check(n); err != nil {
+		return Decision{}, err
+	}
+	now := l.now()
+	tokens := float64(b.Burst)
+	l.mu.Lock()
+	if el, ok := l.buckets[b.Key]; ok {
+		if lim := el.Value.(*entry).lim; lim.Limit() == rate.Limit(b.PerSecond) && lim.Burst() == b.Burst {
+			tokens = lim.TokensAt(now)
+		}
+	}
+	l.mu.Unlock()
+	d := Decision{Limit: b.Burst, Remaining: max(0, int(math.Floor(tokens))), ResetAfter: seconds((float64(b.Burst) - tokens) / b.PerSecond)}
+	switch {
+	case n > b.Burst:
+		d.RetryAfter = seconds(float64(b.Burst) / b.PerSecond)
+	case tokens < float64(n):
+		d.RetryAfter = seconds((float64(n) - tokens) / b.PerSecond)
+	default:
+		d.Allowed = true
+	}
 	return d, nil
 }
 
@@ -206,6 +235,18 @@ const downFor = time.Second
 
 // Allow implements Limiter.
 func (r *Redis) Allow(ctx context.Context, b Bucket, n int) (Decision, error) {
+	return r.take(ctx, b, n, n)
+}
+
+// Peek implements Limiter: it takes no tokens (a cost of 0 in GCRA) and
+// compares what remains with n.
+func (r *Redis) Peek(ctx context.Context, b Bucket, n int) (Decision, error) {
+	return r.take(ctx, b, n, 0)
+}
+
+// take takes cost tokens (n or, to peek, 0) and says whether n could be
+// taken.
+func (r *Redis) take(ctx context.Context, b Bucket, n, cost int) (Decision, error) {
 	if err := b.check(n); err != nil {
 		return Decision{}, err
 	}
@@ -214,12 +255,20 @@ func (r *Redis) Allow(ctx context.Context, b Bucket, n int) (Decision, error) {
 		defer cancel()
 		// GCRA: one token every 1/PerSecond seconds, Burst at once.
 		lim := redis_rate.Limit{Rate: 1, Burst: b.Burst, Period: seconds(1 / b.PerSecond)}
-		res, err := r.lim.AllowN(rctx, r.o.Prefix+b.Key, lim, n)
+		res, err := r.lim.AllowN(rctx, r.o.Prefix+b.Key, lim, cost)
 		if err == nil {
 			r.lastErr.Store(nil)
-			d := Decision{Allowed: res.Allowed >= n, Limit: b.Burst, Remaining: max(0, res.Remaining), ResetAfter: max(0, res.ResetAfter)}
+			d := Decision{Limit: b.Burst, Remaining: max(0, res.Remaining), ResetAfter: max(0, res.ResetAfter)}
+			if cost > 0 {
+				d.Allowed = res.Allowed >= n
+			} else {
+				d.Allowed = n <= b.Burst && res.Remaining >= n
+			}
 			if !d.Allowed {
 				d.RetryAfter = res.RetryAfter
+				if cost == 0 && n <= b.Burst {
+					d.RetryAfter = seconds(float64(n-res.Remaining) / b.PerSecond)
+				}
 				if d.RetryAfter < 0 {
 					d.RetryAfter = seconds(float64(b.Burst) / b.PerSecond)
 				}
@@ -234,6 +283,9 @@ func (r *Redis) Allow(ctx context.Context, b Bucket, n int) (Decision, error) {
 		r.downUntil.Store(time.Now().Add(downFor).UnixNano())
 	}
 	if r.o.FailOpen {
+		if cost == 0 {
+			return r.o.Local.Peek(ctx, b, n)
+		}
 		return r.o.Local.Allow(ctx, b, n)
 	}
 	return Decision{Limit: b.Burst, RetryAfter: downFor}, ErrUnavailable

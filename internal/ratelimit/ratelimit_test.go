@@ -223,3 +223,45 @@ func TestLocalBucketOfExtremeRates(t *testing.T) {
 		t.Errorf("more than the burst: retry after %v, want the longest duration", d.RetryAfter)
 	}
 }
+
+// Peek says what Allow would do and takes nothing, in both limiters.
+func TestPeekTakesNothing(t *testing.T) {
+	now := time.Unix(1000, 0)
+	local := NewLocal(0, func() time.Time { return now })
+	limiters := map[string]Limiter{"local": local}
+	if u := os.Getenv("TOOLSVC_TEST_REDIS_URL"); u != "" {
+		r, err := NewRedis(RedisOptions{URL: u, Prefix: prefix(t), Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		limiters["redis"] = r
+	} else {
+		t.Log("TOOLSVC_TEST_REDIS_URL is not set; Peek is checked on the local limiter only")
+	}
+	for name, l := range limiters {
+		t.Run(name, func(t *testing.T) {
+			b := Bucket{Key: "peek", PerSecond: 1e-6, Burst: 3}
+			for range 5 {
+				if d, err := l.Peek(t.Context(), b, 3); err != nil || !d.Allowed || d.Remaining != 3 {
+					t.Fatalf("peek at a full bucket: %+v %v", d, err)
+				}
+			}
+			if d, err := l.Allow(t.Context(), b, 2); err != nil || !d.Allowed {
+				t.Fatalf("taking 2 of 3 after five peeks: %+v %v", d, err)
+			}
+			if d, err := l.Peek(t.Context(), b, 2); err != nil || d.Allowed || d.Remaining != 1 || d.RetryAfter <= 0 {
+				t.Errorf("peek for 2 with 1 left: %+v %v; want refused, 1 remaining, a retry time", d, err)
+			}
+			if d, err := l.Peek(t.Context(), b, 1); err != nil || !d.Allowed {
+				t.Errorf("peek for 1 with 1 left: %+v %v", d, err)
+			}
+			if d, err := l.Peek(t.Context(), b, 4); err != nil || d.Allowed {
+				t.Errorf("peek for more than the burst: %+v %v", d, err)
+			}
+			if d, err := l.Allow(t.Context(), b, 1); err != nil || !d.Allowed {
+				t.Errorf("the last token after the peeks: %+v %v", d, err)
+			}
+		})
+	}
+}
