@@ -47,8 +47,9 @@ func allowed() []struct {
 		{"internal/http/*", []string{"internal/registry"}},
 		{"internal/notify", []string{"internal/registry"}},
 		{"internal/tools/workspace", nil},
+		{"internal/tools/rematch", nil},
 		{"internal/tools/stream", []string{"internal/registry", "internal/sandbox"}},
-		{"internal/tools/*", []string{"internal/registry", "internal/tools/workspace", "internal/tools/stream", "internal/sandbox", "internal/config"}},
+		{"internal/tools/*", []string{"internal/registry", "internal/tools/workspace", "internal/tools/rematch", "internal/tools/stream", "internal/sandbox", "internal/config"}},
 	}
 }
 

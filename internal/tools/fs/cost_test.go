@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/tools/rematch"
 )
 
 // A complex pattern searches a long line in small pieces, so it still
@@ -21,7 +22,7 @@ func TestSearchBoundsTheWorkOfOneMatch(t *testing.T) {
 	if len(r.Matches) != 1 || r.Matches[0].Column != 60002 {
 		t.Fatalf("%+v", r)
 	}
-	if size := programSize(`[\p{L}\p{N}]{1000}z`); size <= 1000 || size > maxPatternInsts {
+	if size := rematch.ProgramSize(`[\p{L}\p{N}]{1000}z`); size <= 1000 || size > rematch.MaxInsts {
 		t.Fatalf("program size %d", size)
 	}
 	err := e.fail("", "fs__search", map[string]any{"pattern": strings.Repeat(`\w{1000}`, 5)})

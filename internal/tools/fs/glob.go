@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/tools/rematch"
 )
 
 // maxGlobInsts bounds the compiled size of a glob. Matching takes time
@@ -67,7 +68,7 @@ func newGlob(pattern string) (*globMatcher, error) {
 	emitGlob(&b, spread(seq), edgePattern, edgePattern)
 	b.WriteString(`)$`)
 	expr := b.String()
-	if insts := programSize(expr); insts > maxGlobInsts {
+	if insts := rematch.ProgramSize(expr); insts > maxGlobInsts {
 		return nil, &registry.Error{Code: registry.CodeInvalidArguments,
 			Message:    fmt.Sprintf("glob %s is too complex: it compiles to %d instructions; the limit is %d", quoteShort(pattern), insts, maxGlobInsts),
 			Suggestion: "Use fewer alternatives and wildcards, or list without a glob and narrow the listing with a deeper path."}

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/tools/rematch"
 )
 
 const (
@@ -24,16 +25,6 @@ const (
 	maxMatchText = 240
 	// sniffBytes is how much of a file decides whether it is binary.
 	sniffBytes = 8 << 10
-	// matchSteps bounds the work of one uninterruptible regexp match: RE2
-	// takes time proportional to the bytes searched times the size of the
-	// compiled pattern, so a complex pattern searches a long line in
-	// smaller pieces, and the context is checked between them. About 0.1 s
-	// on one core for the worst (Unicode classes).
-	matchSteps = 4 << 20
-	// minPiece is the least piece; maxPatternInsts keeps pieces at least
-	// this long by refusing patterns that compile larger.
-	minPiece        = 1 << 10
-	maxPatternInsts = matchSteps / minPiece
 )
 
 type searchArgs struct {
@@ -101,10 +92,10 @@ func (t *tools) search(ctx context.Context, req *registry.Request) (any, error) 
 			Message:    fmt.Sprintf("pattern %s is not a valid regular expression: %v", quoteShort(a.Pattern), unwrapRegexp(err)),
 			Suggestion: `Use Go RE2 syntax: no look-around or back-references; escape special characters such as ( [ . * + ? with a backslash.`}
 	}
-	insts := programSize(expr)
-	if insts > maxPatternInsts {
+	insts := rematch.ProgramSize(expr)
+	if insts > rematch.MaxInsts {
 		return nil, &registry.Error{Code: registry.CodeInvalidArguments,
-			Message:    fmt.Sprintf("pattern %s compiles to %d instructions; the limit is %d", quoteShort(a.Pattern), insts, maxPatternInsts),
+			Message:    fmt.Sprintf("pattern %s compiles to %d instructions; the limit is %d", quoteShort(a.Pattern), insts, rematch.MaxInsts),
 			Suggestion: "Use smaller repetition counts (x{1000} repeats x a thousand times) or a simpler pattern."}
 	}
 	glob, err := newGlob(a.Glob)
@@ -113,13 +104,11 @@ func (t *tools) search(ctx context.Context, req *registry.Request) (any, error) 
 	}
 	s := &searcher{
 		ctx:      ctx,
-		re:       re,
 		res:      searchResult{Matches: []Match{}},
 		maxMatch: t.o.MaxSearchMatches,
 		left:     t.o.MaxSearchBytes,
 		budget:   outputBudget(req, 0),
-		piece:    max(minPiece, min(maxLineBytes, matchSteps/max(insts, 1))),
-		insts:    max(insts, 1),
+		match:    rematch.New(ctx, re, insts, maxLineBytes),
 	}
 	if a.MaxMatches > 0 && a.MaxMatches < s.maxMatch {
 		s.maxMatch = a.MaxMatches
@@ -175,17 +164,14 @@ func unwrapRegexp(err error) error {
 type searcher struct {
 	ctx      context.Context
 	root     *os.Root
-	re       *regexp.Regexp
 	res      searchResult
 	maxMatch int
 	left     int64 // content bytes still allowed
 	budget   int   // output bytes still allowed; -1 is unbounded
 	used     int
 	br       *bufio.Reader // reused from file to file
-	// piece is the most bytes one match looks at (see matchSteps); work
-	// is the matching done since the context was last checked, in
-	// bytes times insts, the size of the compiled pattern.
-	piece, work, insts int
+	// match finds the pattern in a line, in pieces of bounded work.
+	match *rematch.Matcher
 }
 
 func (s *searcher) stop(reason string) error {
@@ -235,7 +221,7 @@ func (s *searcher) file(rel string) error {
 				line++
 			}
 			text := bytes.TrimRight(chunk, "\r\n")
-			at, err := s.find(text)
+			at, err := s.match.Find(text)
 			if err != nil {
 				return err
 			}
@@ -272,46 +258,6 @@ func (s *searcher) file(rel string) error {
 		}
 	}
 	return nil
-}
-
-// find returns the offset of the first match in text, or -1, searching
-// text in pieces of at most s.piece bytes (cut at character boundaries)
-// and checking the context between pieces.
-func (s *searcher) find(text []byte) (int, error) {
-	for off := 0; ; {
-		if s.work >= matchSteps {
-			if err := s.ctx.Err(); err != nil {
-				return -1, err
-			}
-			s.work = 0
-		}
-		end := min(len(text), off+s.piece)
-		s.work += (end - off + 1) * s.insts
-		for end < len(text) && end > off+1 && !utf8.RuneStart(text[end]) {
-			end--
-		}
-		if loc := s.re.FindIndex(text[off:end]); loc != nil {
-			return off + loc[0], nil
-		}
-		if end >= len(text) {
-			return -1, nil
-		}
-		off = end
-	}
-}
-
-// programSize is the number of instructions expr compiles to, the factor
-// by which RE2's matching time grows with the input.
-func programSize(expr string) int {
-	re, err := syntax.Parse(expr, syntax.Perl)
-	if err != nil {
-		return 0
-	}
-	prog, err := syntax.Compile(re.Simplify())
-	if err != nil {
-		return 0
-	}
-	return len(prog.Inst)
 }
 
 // excerpt returns up to maxMatchText bytes of line, as valid UTF-8, that

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/tools/rematch"
 )
 
 // Name is the tool's name.
@@ -84,7 +85,7 @@ const schema = `{
     "stream": {"type": "string", "enum": ["output", "stdout", "stderr", "body"], "default": "output", "description": "Which output: stdout or stderr of a process tool, body of an HTTP tool, output otherwise (the marker says which)."},
     "offset": {"type": "integer", "minimum": 0, "maximum": 9007199254740991, "default": 0, "description": "Byte offset to read from (the marker's offset, then nextOffset)."},
     "limit": {"type": "integer", "minimum": 1, "maximum": %d, "default": %d, "description": "Most bytes to return."},
-    "pattern": {"type": "string", "minLength": 1, "maxLength": 1000, "description": "Return only the lines that match this regular expression (RE2 syntax), e.g. \"(?i)error\"."}
+    "pattern": {"type": "string", "minLength": 1, "maxLength": 1000, "description": "Return only the lines that match this regular expression (RE2 syntax, at most 4096 compiled instructions), e.g. \"(?i)error\"."}
   }
 }`
 
@@ -176,12 +177,23 @@ func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
 	if err != nil {
 		return nil, invalid("pattern is not a valid regular expression: "+err.Error(), "Use RE2 syntax, e.g. \"(?i)error|warning\".")
 	}
-	return t.filter(ctx, *r, req, a, re)
+	insts := rematch.ProgramSize(a.Pattern)
+	if insts > rematch.MaxInsts {
+		return nil, invalid(fmt.Sprintf("pattern compiles to %d instructions; the limit is %d", insts, rematch.MaxInsts),
+			"Use smaller repetition counts (x{1000} repeats x a thousand times) or a simpler pattern.")
+	}
+	return t.filter(ctx, *r, req, a, rematch.New(ctx, re, insts, maxPiece))
 }
+
+// maxPiece is the most of a line one match looks at: a long line is
+// matched in pieces, with the deadline checked between them (rematch), so
+// that a call's pattern cannot keep a core of the service busy after its
+// timeout.
+const maxPiece = 64 << 10
 
 // filter scans from a.Offset, line by line, for at most MaxScanBytes,
 // and returns the matching lines until they fill a.Limit.
-func (t *tool) filter(ctx context.Context, r Reader, req *registry.Request, a args, re *regexp.Regexp) (any, error) {
+func (t *tool) filter(ctx context.Context, r Reader, req *registry.Request, a args, m *rematch.Matcher) (any, error) {
 	const window = 256 << 10
 	var info *registry.SpillInfo
 	matches := []Match{}
@@ -206,7 +218,12 @@ scan:
 			if i := bytes.IndexByte(data[start:end], '\n'); i >= 0 {
 				stop = start + i
 			}
-			if line := data[start:stop]; re.Match(line) {
+			line := data[start:stop]
+			at, err := m.Find(line)
+			if err != nil {
+				return nil, err
+			}
+			if at >= 0 {
 				if used > 0 && used+len(line) > a.Limit {
 					pos += int64(start) // the next call starts at this line
 					break scan
