@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -268,5 +269,51 @@ func TestFaultSQLiteFullVolume(t *testing.T) {
 	}
 	if wal, err := os.Stat(filepath.Join(dir, "data", "toolsvc.db-wal")); err == nil && wal.Size() > 1<<20+64<<10 {
 		t.Errorf("WAL is %d bytes, want it bounded near 1 MiB", wal.Size())
+	}
+}
+
+// TestFaultPostgresBlackholedShutdown: with the database blackholed, a
+// SIGTERM still ends the process soon after the shutdown timeout. A
+// connection whose query was cut sends PostgreSQL a cancel request, and
+// pgx waited up to 15 s for each such one when the pool closed.
+func TestFaultPostgresBlackholedShutdown(t *testing.T) {
+	pgURL := os.Getenv("TOOLSVC_TEST_POSTGRES_URL")
+	if pgURL == "" {
+		t.Skip("TOOLSVC_TEST_POSTGRES_URL is not set; the PostgreSQL fault suite needs a real database")
+	}
+	u, err := url.Parse(pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := storetest.NewProxy(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	defer proxy.Resume()
+	u.Host = proxy.Addr()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	p := startBinary(t, "TOOLSVC_STORE_URL="+u.String(), "TOOLSVC_STORE_SCHEMA=faults_"+hex.EncodeToString(b[:]),
+		"TOOLSVC_STORE_TIMEOUT=1s", "TOOLSVC_STORE_WAIT_TIMEOUT=2s", "TOOLSVC_SHUTDOWN_TIMEOUT=2s")
+	if a := p.send("POST", "/calls", appendCall("s1", "a")); a.status != 200 {
+		t.Fatalf("before any fault: %d %s", a.status, a.body)
+	}
+	proxy.Pause()
+	for i := range 3 {
+		if a := p.send("POST", "/calls", appendCall(fmt.Sprintf("s%d", i+2), "b")); a.status != 503 {
+			t.Fatalf("a call with the database blackholed: %d %s, want 503", a.status, a.body)
+		}
+	}
+	start := time.Now()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	// The shutdown timeout, the store's deadline for what is held, and a
+	// margin for a loaded machine; pgx's own wait was 15 s.
+	const limit = 2*time.Second + 1*time.Second + 5*time.Second
+	select {
+	case <-p.exited:
+		t.Logf("exited %s after SIGTERM", time.Since(start).Round(time.Millisecond))
+	case <-time.After(limit):
+		t.Fatalf("still running %s after SIGTERM with the database blackholed:\n%s", limit, p.log())
 	}
 }

@@ -919,7 +919,24 @@ func (s *Store) Close() error {
 		s.commit.Close()
 		s.stop()
 		s.wg.Wait()
-		s.pool.Close()
+		// A connection whose query was cut sends PostgreSQL a cancel
+		// request, and pgx waits up to 15 s for each such one while the
+		// pool closes: a database that does not answer would hold the
+		// end of the process that long. What was to be written has been
+		// by now, or is held and logged, so stop waiting after a moment.
+		closed := make(chan struct{})
+		go func() {
+			s.pool.Close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(closeWait):
+			s.log.Warn("store: PostgreSQL connections still closing; not waiting for them", "after", closeWait)
+		}
 	})
 	return nil
 }
+
+// closeWait bounds how long Close waits for the pool's connections.
+const closeWait = 2 * time.Second
