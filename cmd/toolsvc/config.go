@@ -367,6 +367,9 @@ func (c Config) validate() error {
 	if c.ToolMemoryLimit < 64<<20 {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_TOOL_MEMORY_LIMIT must be at least 64MiB, got %d bytes", c.ToolMemoryLimit))
 	}
+	if c.PlanTool && c.MaxConcurrency == 1 {
+		errs = append(errs, "TOOLSVC_PLAN_TOOL=true needs TOOLSVC_MAX_CONCURRENCY of at least 2 (0 is 64 per CPU): a plan holds one slot while it runs and each step needs another, so with 1 no step could ever run")
+	}
 	if c.BatchParallelism < 1 || c.BatchParallelism > 50 {
 		errs = append(errs, "TOOLSVC_BATCH_PARALLELISM must be between 1 and 50")
 	}
