@@ -548,6 +548,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 	log.Info("draining: refusing new calls, waiting for calls in flight", "timeout", cfg.ShutdownTimeout.String())
 	srv.Drain()
+	exec.Drain() // batches and plans in flight start no more calls
 	drainEnd := time.Now().Add(cfg.ShutdownTimeout)
 	wait, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	idle := srv.WaitIdle(wait)

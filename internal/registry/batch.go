@@ -51,7 +51,9 @@ func (o BatchOptions) withDefaults() BatchOptions {
 // (and of unknown names, which only produce an error) run concurrently, at
 // most o.Parallelism at once; a call of any other tier is a barrier: it
 // starts once everything before it has finished, runs alone, and what
-// follows waits for it. One call's failure never stops the others. When
+// follows waits for it. One call's failure never stops the others. Once
+// the executor drains (Drain), calls not started are not started, and get
+// E_CANCELED results saying that the service is shutting down. When
 // ctx ends, running calls are cancelled and calls not started get
 // E_CANCELED results.
 //
@@ -76,7 +78,7 @@ func (e *Executor) ExecuteBatch(ctx context.Context, caller *Caller, calls []*Ca
 
 	b := &batch{e: e, caller: caller, calls: calls, results: make([]*Result, len(calls)), refused: make([]error, len(calls))}
 	for i := 0; i < len(calls); {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || e.isDraining() {
 			b.notStarted(ctx, i, len(calls))
 			break
 		}
@@ -141,8 +143,9 @@ func (b *batch) group(ctx context.Context, from, to, n int) {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
+		case <-b.e.draining:
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || b.e.isDraining() {
 			b.notStarted(ctx, i, to)
 			break
 		}
@@ -158,6 +161,10 @@ func (b *batch) notStarted(ctx context.Context, from, to int) {
 	for i := from; i < to; i++ {
 		err := canceledError(ctx)
 		err.Message = "not started: " + err.Message
+		if ctx.Err() == nil { // draining
+			err.Message = "not started: the service is shutting down; nothing was executed"
+			err.Suggestion = "Retry this call (with the same toolCallId): another instance, or this one once restarted, will run it."
+		}
 		b.results[i] = b.errorResult(i, err)
 	}
 }

@@ -152,3 +152,42 @@ func TestExecuteBatchWaitsForCapacity(t *testing.T) {
 		t.Fatalf("batch call that waited for capacity: %v %+v", err, res)
 	}
 }
+
+// Once the executor drains, a batch in flight starts none of its calls
+// not yet started, in a group or after a barrier; the call running
+// finishes.
+func TestExecuteBatchStopsStartingCallsWhenDraining(t *testing.T) {
+	var started atomic.Int32
+	running := make(chan struct{})
+	release := make(chan struct{})
+	hold := Func(func(ctx context.Context, r *Request) (any, error) {
+		if started.Add(1) == 1 {
+			close(running)
+			<-release
+		}
+		return map[string]any{"ok": true}, nil
+	})
+	e := newExec(t, Options{}, tool("t__write", SideEffecting, hold), tool("t__read", ReadOnly, hold))
+	calls := []*Call{{ToolName: "t__write"}, {ToolName: "t__read"}, {ToolName: "t__read"}, {ToolName: "t__write"}}
+	for _, c := range calls {
+		c.Arguments = json.RawMessage(`{"path":"a"}`)
+	}
+	go func() {
+		<-running
+		e.Drain()
+		e.Drain() // twice is harmless
+		close(release)
+	}()
+	res, err := e.ExecuteBatch(context.Background(), Anonymous(), calls, BatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if started.Load() != 1 || res[0].Status != StatusOK {
+		t.Fatalf("%d calls started, the first %+v; want only the first, ok", started.Load(), res[0])
+	}
+	for i, r := range res[1:] {
+		if r.Code() != CodeCanceled || !strings.Contains(r.Error.Message, "not started: the service is shutting down") || r.Error.Suggestion == "" {
+			t.Errorf("result %d: %+v", i+1, r.Error)
+		}
+	}
+}

@@ -122,6 +122,9 @@ type Executor struct {
 	// observer hears of approval requests filed and decided.
 	observer ApprovalObserver
 	spill    *Spiller
+	// draining is closed by Drain.
+	draining  chan struct{}
+	drainOnce sync.Once
 }
 
 // state is what a reload replaces as one.
@@ -136,7 +139,7 @@ type state struct {
 // NewExecutor returns an executor.
 func NewExecutor(o Options) *Executor {
 	e := &Executor{log: o.Logger, metrics: o.Metrics, tracer: o.Tracer, content: o.TraceContent, maxTime: o.MaxTimeout, now: o.Now, store: o.Store, ttl: o.ApprovalTTL, maxPending: o.MaxPendingApprovals, disabled: o.Disabled,
-		tracing: o.Tracer != nil, observer: o.Observer, spill: o.Spill}
+		tracing: o.Tracer != nil, observer: o.Observer, spill: o.Spill, draining: make(chan struct{})}
 	if e.ttl <= 0 {
 		e.ttl = 15 * time.Minute
 	}
@@ -684,6 +687,24 @@ func timeoutError(tool *Tool, timeout time.Duration) *Error {
 	return &Error{Code: CodeTimeout,
 		Message:    fmt.Sprintf("tool %s did not finish within %s and was stopped", tool.Name, timeout),
 		Suggestion: "Try a smaller or simpler request, or a larger timeoutMs if the tool allows it."}
+}
+
+// Drain says that the service is shutting down: batches and plans in
+// flight start none of their calls not yet started (those get E_CANCELED
+// results saying so, and can be retried elsewhere), so that as little as
+// can be is still running at the shutdown timeout, to be cut short and
+// read E_INTERRUPTED. Calls already running go on; Execute itself is not
+// affected (the HTTP server refuses new requests).
+func (e *Executor) Drain() { e.drainOnce.Do(func() { close(e.draining) }) }
+
+// isDraining reports whether Drain was called.
+func (e *Executor) isDraining() bool {
+	select {
+	case <-e.draining:
+		return true
+	default:
+		return false
+	}
 }
 
 func canceledError(ctx context.Context) *Error {
