@@ -47,11 +47,12 @@ func within(t *testing.T, what string, a answer, limit time.Duration) {
 	}
 }
 
-// TestFaultPostgresProxy: a blackholed database answers 503 within the
-// store deadline; a database cut after the tool ran gives an answer
-// marked pending, a retry answered from memory, and a final record once
-// the database is back; nothing runs twice.
-func TestFaultPostgresProxy(t *testing.T) {
+// postgresThroughProxy returns a proxy to the test database (skipping
+// without one) and the settings of a store of its own schema behind it,
+// with a store deadline of 1 s and a wait deadline of 2 s. The proxy is
+// closed when the test ends.
+func postgresThroughProxy(t *testing.T) (*storetest.Proxy, []string) {
+	t.Helper()
 	pgURL := os.Getenv("TOOLSVC_TEST_POSTGRES_URL")
 	if pgURL == "" {
 		t.Skip("TOOLSVC_TEST_POSTGRES_URL is not set; the PostgreSQL fault suite needs a real database")
@@ -64,13 +65,22 @@ func TestFaultPostgresProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer proxy.Close()
+	t.Cleanup(func() { proxy.Close() })
 	u.Host = proxy.Addr()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
+	return proxy, []string{"TOOLSVC_STORE_URL=" + u.String(), "TOOLSVC_STORE_SCHEMA=faults_" + hex.EncodeToString(b[:]),
+		"TOOLSVC_STORE_TIMEOUT=1s", "TOOLSVC_STORE_WAIT_TIMEOUT=2s"}
+}
+
+// TestFaultPostgresProxy: a blackholed database answers 503 within the
+// store deadline; a database cut after the tool ran gives an answer
+// marked pending, a retry answered from memory, and a final record once
+// the database is back; nothing runs twice.
+func TestFaultPostgresProxy(t *testing.T) {
+	proxy, store := postgresThroughProxy(t)
 	ws := t.TempDir()
-	p := startBinary(t, "TOOLSVC_STORE_URL="+u.String(), "TOOLSVC_STORE_SCHEMA=faults_"+hex.EncodeToString(b[:]),
-		"TOOLSVC_WORKSPACE="+ws, "TOOLSVC_DATA_DIR="+t.TempDir(), "TOOLSVC_STORE_TIMEOUT=1s", "TOOLSVC_STORE_WAIT_TIMEOUT=2s")
+	p := startBinary(t, append(store, "TOOLSVC_WORKSPACE="+ws, "TOOLSVC_DATA_DIR="+t.TempDir())...)
 	const deadline = 1 * time.Second
 	limit := deadline + 3*time.Second // the deadline, plus a margin for a loaded machine
 	count := filepath.Join(ws, "callers/anonymous/default", "count.txt")
@@ -277,25 +287,9 @@ func TestFaultSQLiteFullVolume(t *testing.T) {
 // connection whose query was cut sends PostgreSQL a cancel request, and
 // pgx waited up to 15 s for each such one when the pool closed.
 func TestFaultPostgresBlackholedShutdown(t *testing.T) {
-	pgURL := os.Getenv("TOOLSVC_TEST_POSTGRES_URL")
-	if pgURL == "" {
-		t.Skip("TOOLSVC_TEST_POSTGRES_URL is not set; the PostgreSQL fault suite needs a real database")
-	}
-	u, err := url.Parse(pgURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := storetest.NewProxy(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy, store := postgresThroughProxy(t)
 	defer proxy.Resume()
-	u.Host = proxy.Addr()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	p := startBinary(t, "TOOLSVC_STORE_URL="+u.String(), "TOOLSVC_STORE_SCHEMA=faults_"+hex.EncodeToString(b[:]),
-		"TOOLSVC_STORE_TIMEOUT=1s", "TOOLSVC_STORE_WAIT_TIMEOUT=2s", "TOOLSVC_SHUTDOWN_TIMEOUT=2s")
+	p := startBinary(t, append(store, "TOOLSVC_SHUTDOWN_TIMEOUT=2s")...)
 	if a := p.send("POST", "/calls", appendCall("s1", "a")); a.status != 200 {
 		t.Fatalf("before any fault: %d %s", a.status, a.body)
 	}
