@@ -221,7 +221,7 @@ func TestFaultSQLiteFullVolume(t *testing.T) {
 	p := startBinary(t, "TOOLSVC_WORKSPACE="+ws, "TOOLSVC_DATA_DIR="+filepath.Join(dir, "data"), "TOOLSVC_STORE_TIMEOUT=2s")
 	big := strings.Repeat("x", 8000)
 	acked := []string{}
-	failed := 0
+	failed, refused := 0, 0
 	for i := 0; i < 400 && failed < 5; i++ {
 		id := fmt.Sprintf("v%d", i)
 		body := fmt.Sprintf(`{"toolCallId":%q,"toolName":"fs__write","arguments":{"path":"count.txt","content":"%s %s\n","mode":"append"}}`, id, id, big)
@@ -231,6 +231,12 @@ func TestFaultSQLiteFullVolume(t *testing.T) {
 			acked = append(acked, id)
 		case a.status == 503 || (a.status == 200 && a.pending):
 			failed++
+			if a.status == 503 {
+				refused++
+			}
+			if a.status == 503 && (!strings.Contains(a.body, "the call store is out of disk space; the call did not run") || a.header.Get("Retry-After") != "30") {
+				t.Errorf("a call refused for want of disk space: %s (Retry-After %q), want it to say the store is out of disk space, with Retry-After 30", a.body, a.header.Get("Retry-After"))
+			}
 		case a.status == 200 && a.res.code() == "E_INVALID_ARGUMENTS":
 			t.Fatalf("the test's call is invalid: %s", a.body)
 		default:
@@ -240,6 +246,7 @@ func TestFaultSQLiteFullVolume(t *testing.T) {
 	if failed == 0 {
 		t.Fatalf("the volume never filled (%d calls acknowledged)", len(acked))
 	}
+	t.Logf("%d calls acknowledged; %d failed, %d of them refused with 503", len(acked), failed, refused)
 	if r := p.send("GET", "/readyz", ""); r.status != 503 || !strings.Contains(r.body, "store") {
 		t.Errorf("/readyz on a full volume: %d %s", r.status, r.body)
 	}

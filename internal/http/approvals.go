@@ -45,7 +45,7 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 		return problem(kindNotFound, "no call "+id+" of this caller is recorded (read_only calls are recorded only with \"record\": true)")
 	}
 	if err != nil {
-		return problem(kindUnavailable, "the call store is not answering").because(err)
+		return storeFailed(err, "")
 	}
 	if rec.State != registry.CallDone && wait > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
@@ -53,7 +53,7 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 		if got, err := st.WaitCall(ctx, caller.ID, id); got != nil {
 			rec = got
 		} else if err != nil && ctx.Err() == nil {
-			return problem(kindUnavailable, "the call store is not answering").because(err)
+			return storeFailed(err, "")
 		}
 	}
 	if rec.State == registry.CallPendingApproval && rec.ApprovalID != "" {
@@ -63,7 +63,7 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 		if _, err := st.GetApproval(r.Context(), rec.ApprovalID); errors.Is(err, registry.ErrNotFound) {
 			return problem(kindUnavailable, "the call's approval request was not filed, because the store failed while filing it; send the call again (POST /calls, same toolCallId and arguments) to file it")
 		} else if err != nil {
-			return problem(kindUnavailable, "the call store is not answering").because(err)
+			return storeFailed(err, "")
 		}
 	}
 	res := rec.Result
@@ -109,7 +109,7 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) err
 	}
 	list, err := st.ListApprovals(r.Context(), f)
 	if err != nil {
-		return problem(kindUnavailable, "the call store is not answering").because(err)
+		return storeFailed(err, "")
 	}
 	if list == nil {
 		list = []*registry.Approval{}
@@ -129,7 +129,7 @@ func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request) error
 		return problem(kindNotFound, "no approval request "+id)
 	}
 	if err != nil {
-		return problem(kindUnavailable, "the call store is not answering").because(err)
+		return storeFailed(err, "")
 	}
 	return encode(w, http.StatusOK, a)
 }
@@ -171,7 +171,7 @@ func (s *Server) handleDecide(w http.ResponseWriter, r *http.Request) error {
 		return problem(kindNotFound, "no approval request "+id)
 	}
 	if err != nil {
-		return problem(kindUnavailable, "the call store is not answering").because(err)
+		return storeFailed(err, "")
 	}
 	markRecordPending(w, res)
 	return encode(w, resultStatus(res), nativeResult(res))

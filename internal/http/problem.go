@@ -129,11 +129,23 @@ func problemFor(err error) *Problem {
 	case errors.Is(err, registry.ErrConflict):
 		return problem(kindConflict, "this toolCallId was already used for a call with another tool or other arguments; use a new toolCallId")
 	case errors.Is(err, registry.ErrUnavailable):
-		return problem(kindUnavailable, "the call store is not answering; the call did not run; retry shortly").because(err)
+		return storeFailed(err, "; the call did not run")
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrNoStore):
 		return problem(kindNotFound, "no such record")
 	}
 	return problem(kindInternal, "internal error").because(err)
+}
+
+// storeFailed is the problem of a store that failed, with outcome (what
+// did not happen) in its detail: out of disk space, which only an
+// operator can cure, or not answering.
+func storeFailed(err error, outcome string) *Problem {
+	if errors.Is(err, registry.ErrStoreFull) {
+		p := problem(kindUnavailable, "the call store is out of disk space"+outcome+"; retry once an operator has freed space").because(err)
+		p.RetryAfter = 30
+		return p
+	}
+	return problem(kindUnavailable, "the call store is not answering"+outcome+"; retry shortly").because(err)
 }
 
 // clientLeft reports whether r's client went away: net/http cancels a

@@ -54,7 +54,7 @@ func (e *Executor) recall(ctx context.Context, f *flight) error {
 	case errors.Is(err, ErrNotFound):
 		return nil
 	}
-	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	return unavailable(err)
 }
 
 // errWithdrawn: the running record a call waited on was withdrawn (its
@@ -81,7 +81,7 @@ func (e *Executor) record(ctx context.Context, f *flight) error {
 			Arguments: f.args, Context: f.call.Context, State: CallRunning, TraceID: traceID(ctx),
 		})
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return unavailable(err)
 		}
 		if created {
 			f.recorded = true
@@ -92,7 +92,7 @@ func (e *Executor) record(ctx context.Context, f *flight) error {
 			// An earlier attempt asked for approval but could not file the
 			// request, and the policy now allows the call: it runs instead.
 			if err := e.withdraw(ctx, f, rec.ApprovalID); err != nil {
-				return fmt.Errorf("%w: %v", ErrUnavailable, err)
+				return unavailable(err)
 			}
 			err = errWithdrawn // look again: gone, or filed after all
 		}
@@ -122,7 +122,7 @@ func (e *Executor) replay(ctx context.Context, f *flight, rec *CallRecord) error
 		case errors.Is(err, ErrNotFound):
 			return errUnfiled
 		case err != nil:
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return unavailable(err)
 		}
 	}
 	if rec.State == CallRunning {
@@ -140,7 +140,7 @@ func (e *Executor) replay(ctx context.Context, f *flight, rec *CallRecord) error
 			f.res = &Result{ToolCallID: rec.ToolCallID, ToolName: rec.ToolName, Status: StatusRunning}
 			return errAnswered
 		default:
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return unavailable(err)
 		}
 	}
 	if rec.Result == nil {
@@ -173,7 +173,7 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 		ApprovalID: a.ID, ExpiresAt: a.ExpiresAt, TraceID: traceID(ctx),
 	})
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return unavailable(err)
 	}
 	if !created {
 		if err := e.replay(ctx, f, rec); !errors.Is(err, errUnfiled) {
@@ -210,7 +210,7 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 		if created {
 			_ = e.withdraw(ctx, f, a.ID) // logged; a retry files the request
 		}
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return unavailable(err)
 	}
 	e.log.Info("approval requested", "approvalId", a.ID, "caller", f.caller.ID, "tool", f.tool.Name, "rule", f.decision.Rule, "expiresAt", a.ExpiresAt)
 	NotifyApproval(e.observer, EventApprovalRequested, a, now)

@@ -34,6 +34,20 @@ var ErrConflict = errors.New("toolCallId already used for a different call")
 // ErrUnavailable means the store did not answer; the call did not run.
 var ErrUnavailable = errors.New("the call store is unavailable")
 
+// ErrStoreFull marks a store's failure for want of disk space, which
+// retrying does not cure until an operator frees some. Stores wrap their
+// disk-full errors in it, and an ErrUnavailable keeps it visible.
+var ErrStoreFull = errors.New("the call store is out of disk space")
+
+// unavailable is a store failure as ErrUnavailable; an ErrStoreFull in it
+// stays visible to errors.Is.
+func unavailable(err error) error {
+	if errors.Is(err, ErrStoreFull) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
 // ErrShutdown is the cause the main program cancels calls with when it
 // stops. A recorded call it cancels ends as E_INTERRUPTED, not E_CANCELED:
 // it may have had side effects, and a retry with its toolCallId gets that
@@ -438,7 +452,7 @@ func (e *Executor) pendingRoom(ctx context.Context, f *flight) error {
 	}
 	waiting, err := e.store.ListApprovals(ctx, ApprovalFilter{Status: ApprovalPending, CallerID: f.caller.ID, Limit: e.maxPending})
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return unavailable(err)
 	}
 	if len(waiting) < e.maxPending {
 		return nil

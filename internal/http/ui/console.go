@@ -271,6 +271,10 @@ func (c *Console) storeUnavailable(w http.ResponseWriter, r *http.Request, err e
 		return
 	}
 	c.o.Logger.ErrorContext(r.Context(), "console: store", "error", err)
+	if errors.Is(err, registry.ErrStoreFull) {
+		c.fail(w, r, http.StatusServiceUnavailable, "The call store is out of disk space; try again once an operator has freed space.")
+		return
+	}
 	c.fail(w, r, http.StatusServiceUnavailable, "The call store is not answering; try again shortly.")
 }
 

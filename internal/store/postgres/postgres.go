@@ -195,7 +195,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		Read:  runner{s.pool},
 		Write: runner{s.pool},
 		InTx: func(ctx context.Context, fn func(tx store.Tx) error) error {
-			return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(runner{tx}) })
+			return full(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(runner{tx}) }))
 		},
 		Hub:    s.hub,
 		Leases: s.leases,
@@ -246,7 +246,17 @@ func (s *Store) inTx(ctx context.Context, fn func(b *pgx.Batch) error) error {
 	if err := fn(b); err != nil {
 		return err
 	}
-	return s.pool.SendBatch(ctx, b).Close()
+	return full(s.pool.SendBatch(ctx, b).Close())
+}
+
+// full marks err as registry.ErrStoreFull when PostgreSQL ran out of disk
+// space (SQLSTATE 53100, disk_full).
+func full(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "53100" {
+		return fmt.Errorf("%w: %w", registry.ErrStoreFull, err)
+	}
+	return err
 }
 
 // runner runs the shared statements (store.Tx) on the pool or a
@@ -261,7 +271,7 @@ type runner struct {
 
 func (c runner) Exec(ctx context.Context, q string, args ...any) (int64, error) {
 	tag, err := c.q.Exec(ctx, q, args...)
-	return tag.RowsAffected(), err
+	return tag.RowsAffected(), full(err)
 }
 
 func (c runner) QueryRow(ctx context.Context, q string, args ...any) store.Row {

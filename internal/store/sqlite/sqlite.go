@@ -30,7 +30,8 @@ import (
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 //go:embed migrations/*.sql
@@ -202,8 +203,22 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	return s, nil
 }
 
+// full marks err as registry.ErrStoreFull when SQLite ran out of disk
+// space.
+func full(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL {
+		return fmt.Errorf("%w: %w", registry.ErrStoreFull, err)
+	}
+	return err
+}
+
 // inTx runs fn in one write transaction.
 func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return full(s.runTx(ctx, fn))
+}
+
+func (s *Store) runTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -255,7 +270,7 @@ type runner struct {
 func (c runner) Exec(ctx context.Context, q string, args ...any) (int64, error) {
 	r, err := c.q.ExecContext(ctx, q, args...)
 	if err != nil {
-		return 0, err
+		return 0, full(err)
 	}
 	return r.RowsAffected()
 }
