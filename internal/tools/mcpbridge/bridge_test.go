@@ -83,7 +83,9 @@ func stdioDoc(t *testing.T, name, extra string) string {
 // executor serves the set's tools, allowing every tier.
 func (f *fixture) executor(set *Set) *registry.Executor {
 	f.t.Helper()
-	reg, err := registry.New(registry.Defaults{Timeout: 10 * time.Second, MaxOutputBytes: 16384, ErrorMessageLimit: 1000}, f.m.Tools(set)...)
+	// 30 s: a call that moves 16 MiB through a race-instrumented server
+	// and client takes near 10 s on a loaded machine.
+	reg, err := registry.New(registry.Defaults{Timeout: 30 * time.Second, MaxOutputBytes: 16384, ErrorMessageLimit: 1000}, f.m.Tools(set)...)
 	if err != nil {
 		f.t.Fatal(err)
 	}
