@@ -72,7 +72,11 @@ func TestTurnsGiveBackWhatACanceledWaitWasHanded(t *testing.T) {
 	waitQueued(t, tr, 8)
 	// Release and cancel at once: a slot handed to a wait that is being
 	// canceled must come back, not be lost.
-	go tr.release("a")
+	released := make(chan struct{})
+	go func() {
+		tr.release("a")
+		close(released)
+	}()
 	cancel()
 	got := 0
 	for range 8 {
@@ -84,8 +88,11 @@ func TestTurnsGiveBackWhatACanceledWaitWasHanded(t *testing.T) {
 	if got > 1 {
 		t.Fatalf("%d waits got the one slot", got)
 	}
-	if tr.queued() != 0 || tr.free != 1 || len(tr.held) != 0 || len(tr.ring) != 0 {
-		t.Fatalf("after every wait ended: %d queued, %d free, held %v, ring %v; want 0, 1, none, none", tr.queued(), tr.free, tr.held, tr.ring)
+	<-released
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.waiting) != 0 || tr.free != 1 || len(tr.held) != 0 || len(tr.ring) != 0 {
+		t.Fatalf("after every wait ended: waiting %v, %d free, held %v, ring %v; want none, 1, none, none", tr.waiting, tr.free, tr.held, tr.ring)
 	}
 }
 
