@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -71,4 +72,13 @@ func inUse() (size, data int64, err error) {
 		bytes[i] = pages * int64(os.Getpagesize())
 	}
 	return bytes[0], bytes[1], nil
+}
+
+// procAttr puts a worker in a process group of its own, so that a signal
+// meant for the service's group (a terminal's ^C) does not kill it
+// mid-call, and has the kernel kill it when the service dies: a worker
+// running a runaway program would otherwise go on after a kill -9 of the
+// service, until its own deadline (or for ever, for a call without one).
+func procAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }

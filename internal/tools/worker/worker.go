@@ -354,9 +354,7 @@ func (p *Pool) start() (*proc, error) {
 	cmd := exec.Command(p.o.Exe, Command, strconv.FormatInt(p.o.MemoryLimit, 10))
 	// No goroutine dump on a fatal error: the first line says it all.
 	cmd.Env = append([]string{"GOTRACEBACK=none"}, p.o.Env...)
-	// Its own process group, so a signal meant for the service's group
-	// (a terminal's ^C) does not kill a worker mid-call.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = procAttr()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err

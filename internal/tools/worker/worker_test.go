@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == ceilingProbe {
 		probeCeiling()
 	}
+	if len(os.Args) > 1 && os.Args[1] == poolParentCommand {
+		poolParent()
+	}
 	if len(os.Args) > 1 && os.Args[1] == Command {
 		if err := Serve(os.Args[2:], confined(), os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
