@@ -163,7 +163,7 @@ func (b *batch) notStarted(ctx context.Context, from, to int) {
 		err.Message = "not started: " + err.Message
 		if ctx.Err() == nil { // draining
 			err.Message = "not started: the service is shutting down; nothing was executed"
-			err.Suggestion = "Retry this call (with the same toolCallId): another instance, or this one once restarted, will run it."
+			err.Suggestion = "Retry this call: another instance, or this one once restarted, will run it (nothing of it ran, so its toolCallId may be used again)."
 		}
 		b.results[i] = b.errorResult(i, err)
 	}
