@@ -59,6 +59,11 @@ func buildCustom(a *app, cfg Config, log *slog.Logger, resources []*config.Resou
 				return r.Errorf("the name %s is also used by %s", r.Metadata.Name, prev)
 			}
 			prefixes[r.Metadata.Name] = "the resource at " + r.Source()
+			for _, t := range tools {
+				if err := toolhttp.CheckMCPTool(t); err != nil {
+					return r.Errorf("tool %s cannot be served over /mcp: %v", t.Name, err)
+				}
+			}
 			a.static = append(a.static, tools...)
 		case config.KindMCPServer:
 			s, err := mcpbridge.Decode(r, cfg.lookupEnv)

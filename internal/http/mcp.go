@@ -160,6 +160,23 @@ func (w *mcpWants) add(msg json.RawMessage) {
 	}
 }
 
+// CheckMCPTool says why /mcp could not serve t: the MCP SDK refuses its
+// definition (say, an x-mcp-header annotation on a property that is not a
+// string, integer or boolean). The program checks the tools of its
+// configuration with it as it loads them, so that such a tool stops the
+// start with its file and line; tools of MCP servers, whose SDK client
+// already leaves such tools out, are only left out of /mcp (mcpAddTool).
+func CheckMCPTool(t *registry.Tool) (err error) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "toolsvc"}, nil)
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the MCP SDK refuses it: %v", p)
+		}
+	}()
+	srv.AddTool(mcpSDKTool(t), func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return nil, nil })
+	return nil
+}
+
 // mcpAddTool adds t to srv, or leaves it out, logged at error level with
 // the SDK's reason, when the SDK refuses it (it panics on, say, an
 // x-mcp-header annotation on a property that is not a string, integer or
