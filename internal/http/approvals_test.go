@@ -35,12 +35,9 @@ func TestApprovedRunWhoseRecordIsHeld(t *testing.T) {
 	st := openStore(t)
 	fs := &finishFails{Store: st}
 	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = fs })
-	r, res := e.call("/calls", `{"toolName":"test__priv","toolCallId":"held_p","arguments":{"n":1}}`)
-	if r.status != 202 || res.Approval == nil {
-		t.Fatalf("privileged call: %d %s", r.status, r.body)
-	}
+	approvalID := e.askApproval("held_p")
 	fs.down.Store(true)
-	r = e.do("POST", "/approvals/"+res.Approval.ID, []byte(`{"decision":"approve"}`), jsonCT, true)
+	r := e.do("POST", "/approvals/"+approvalID, []byte(`{"decision":"approve"}`), jsonCT, true)
 	var out registry.Result
 	r.json(t, &out)
 	if r.status != 200 || out.Status != registry.StatusOK || !out.RecordPending || r.header.Get(RecordHeader) != "pending" {
@@ -52,10 +49,7 @@ func TestApprovedRunWhoseRecordIsHeld(t *testing.T) {
 func TestDecisionProblems(t *testing.T) {
 	st := openStore(t)
 	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
-	r, res := e.call("/calls", `{"toolName":"test__priv","toolCallId":"dec_p","arguments":{"n":1}}`)
-	if r.status != 202 || res.Approval == nil {
-		t.Fatalf("privileged call: %d %s", r.status, r.body)
-	}
+	approvalID := e.askApproval("dec_p")
 	for body, want := range map[string]string{
 		`[]`:                                "a decision must be a JSON object",
 		`"approve"`:                         "a decision must be a JSON object",
@@ -65,7 +59,7 @@ func TestDecisionProblems(t *testing.T) {
 		`{"decision":"deny","reason":"no\u0000pe"}`:                                        "the reason holds a NUL character",
 		`{"decision":"deny","reason":"` + strings.Repeat("é", registry.MaxReason+1) + `"}`: "the reason is longer than 1000 characters",
 	} {
-		r := e.do("POST", "/approvals/"+res.Approval.ID, []byte(body), jsonCT, false)
+		r := e.do("POST", "/approvals/"+approvalID, []byte(body), jsonCT, false)
 		var p Problem
 		r.json(t, &p)
 		if r.status != 400 || p.Code != "invalid_decision" || !strings.Contains(p.Detail, want) || strings.Contains(p.Detail, "Go ") {
@@ -132,13 +126,10 @@ func TestGetCallWithUnfiledApproval(t *testing.T) {
 func TestConsoleDecisionIsACall(t *testing.T) {
 	st := openStore(t)
 	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
-	r, res := e.call("/calls", `{"toolName":"test__priv","toolCallId":"ui_p","arguments":{"n":1}}`)
-	if r.status != 202 || res.Approval == nil {
-		t.Fatalf("privileged call: %d %s", r.status, r.body)
-	}
+	approvalID := e.askApproval("ui_p")
 	jar, _ := cookiejar.New(nil)
 	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	page, err := client.Get(e.ts.URL + "/ui/approvals/" + res.Approval.ID)
+	page, err := client.Get(e.ts.URL + "/ui/approvals/" + approvalID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +140,7 @@ func TestConsoleDecisionIsACall(t *testing.T) {
 		t.Fatalf("no CSRF token on the request's page (%d):\n%s", page.StatusCode, body)
 	}
 	e.srv.Drain()
-	req, _ := http.NewRequest(http.MethodPost, e.ts.URL+"/ui/approvals/"+res.Approval.ID,
+	req, _ := http.NewRequest(http.MethodPost, e.ts.URL+"/ui/approvals/"+approvalID,
 		strings.NewReader(url.Values{"csrf": {string(m[1])}, "decision": {"approve"}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
@@ -161,7 +152,7 @@ func TestConsoleDecisionIsACall(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("approving from the console while draining: %d, want 503", resp.StatusCode)
 	}
-	if a, err := st.GetApproval(t.Context(), res.Approval.ID); err != nil || a.Status != registry.ApprovalPending {
+	if a, err := st.GetApproval(t.Context(), approvalID); err != nil || a.Status != registry.ApprovalPending {
 		t.Errorf("the request after a refused decision: %+v, %v; want it pending", a, err)
 	}
 }

@@ -188,6 +188,17 @@ func (e *env) call(path, body string) (response, *registry.Result) {
 	return r, &res
 }
 
+// askApproval calls test__priv with toolCallId id and returns the id of
+// the approval request it files.
+func (e *env) askApproval(id string) string {
+	e.t.Helper()
+	r, res := e.call("/calls", `{"toolName":"test__priv","toolCallId":"`+id+`","arguments":{"n":1}}`)
+	if r.status != 202 || res.Approval == nil {
+		e.t.Fatalf("privileged call: %d %s", r.status, r.body)
+	}
+	return res.Approval.ID
+}
+
 func TestRoutesMatchContract(t *testing.T) {
 	e := newEnv(t)
 	routed := map[string]bool{}

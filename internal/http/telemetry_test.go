@@ -328,16 +328,13 @@ func TestSecretsNeverLogged(t *testing.T) {
 func TestApprovedCallTraced(t *testing.T) {
 	st := openStore(t)
 	e, exp, _ := tracedEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
-	r, res := e.call("/calls", `{"toolName":"test__priv","toolCallId":"call_p","arguments":{"n":1}}`)
-	if r.status != 202 || res.Approval == nil {
-		t.Fatalf("privileged call: %d %s", r.status, r.body)
-	}
+	approvalID := e.askApproval("call_p")
 	asked := findSpan(t, exp.GetSpans(), "execute_tool test__priv")
 	if a := spanAttrs(asked); a["toolsvc.policy.decision"].AsString() != "ask" {
 		t.Errorf("pending call's span: %v", a)
 	}
 	exp.Reset()
-	if r := e.do("POST", "/approvals/"+res.Approval.ID, []byte(`{"decision":"approve","reason":"fine"}`), jsonCT, true); r.status != 200 {
+	if r := e.do("POST", "/approvals/"+approvalID, []byte(`{"decision":"approve","reason":"fine"}`), jsonCT, true); r.status != 200 {
 		t.Fatalf("approve: %d %s", r.status, r.body)
 	}
 	spans := exp.GetSpans()
