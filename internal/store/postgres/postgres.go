@@ -667,8 +667,9 @@ type doubt struct {
 	createdAt, until     time.Time
 }
 
-// maxDoubts bounds the records withdrawDoubts holds; beyond it a doubtful
-// record is left to lapse (E_INTERRUPTED), as before.
+// maxDoubts bounds the records waiting to be handed to withdrawDoubts
+// and, apart, those it holds; beyond them a doubtful record is left to
+// lapse (E_INTERRUPTED), as before.
 const maxDoubts = 4096
 
 // doubt hands d to withdrawDoubts, or logs that it cannot.
@@ -695,10 +696,14 @@ func (s *Store) withdrawDoubts(ctx context.Context) {
 	defer t.Stop()
 	var pending []doubt
 	for {
+		in := s.doubts
+		if len(pending) >= maxDoubts {
+			in = nil // full: what comes waits in the channel, or is left
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case d := <-s.doubts:
+		case d := <-in:
 			pending = append(pending, d)
 			for more := true; more && len(pending) < maxDoubts; {
 				select {
