@@ -195,7 +195,7 @@ type Config struct {
 	HTTPMaxRequestBytes int            `env:"TOOLSVC_HTTP_MAX_REQUEST_BYTES" envDefault:"1048576" desc:"largest http__post body"`
 
 	BatchParallelism int  `env:"TOOLSVC_BATCH_PARALLELISM" envDefault:"10" desc:"read_only calls of one batch (or plan) that run at once (1–50)"`
-	PlanTool         bool `env:"TOOLSVC_PLAN_TOOL" envDefault:"false" desc:"true serves plan__execute"`
+	PlanTool         bool `env:"TOOLSVC_PLAN_TOOL" envDefault:"false" desc:"true serves plan__execute (then TOOLSVC_MAX_CONCURRENCY must not be 1)"`
 
 	// TraceContent records tool arguments and outputs on spans.
 	TraceContent bool `env:"TOOLSVC_TRACE_CONTENT" desc:"record tool arguments and outputs on spans (gen_ai.tool.call.arguments, gen_ai.tool.call.result, 8192 characters each); they may hold personal data or secrets"`
