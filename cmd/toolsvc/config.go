@@ -195,7 +195,7 @@ type Config struct {
 	HTTPMaxRequestBytes int            `env:"TOOLSVC_HTTP_MAX_REQUEST_BYTES" envDefault:"1048576" desc:"largest http__post body"`
 
 	BatchParallelism int  `env:"TOOLSVC_BATCH_PARALLELISM" envDefault:"10" desc:"read_only calls of one batch (or plan) that run at once (1–50)"`
-	PlanTool         bool `env:"TOOLSVC_PLAN_TOOL" envDefault:"false" desc:"true serves plan__execute (then TOOLSVC_MAX_CONCURRENCY must not be 1)"`
+	PlanTool         bool `env:"TOOLSVC_PLAN_TOOL" envDefault:"false" desc:"true serves plan__execute"`
 
 	// TraceContent records tool arguments and outputs on spans.
 	TraceContent bool `env:"TOOLSVC_TRACE_CONTENT" desc:"record tool arguments and outputs on spans (gen_ai.tool.call.arguments, gen_ai.tool.call.result, 8192 characters each); they may hold personal data or secrets"`
@@ -366,9 +366,6 @@ func (c Config) validate() error {
 	}
 	if c.ToolMemoryLimit < 64<<20 {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_TOOL_MEMORY_LIMIT must be at least 64MiB, got %d bytes", c.ToolMemoryLimit))
-	}
-	if c.PlanTool && c.MaxConcurrency == 1 {
-		errs = append(errs, "TOOLSVC_PLAN_TOOL=true needs TOOLSVC_MAX_CONCURRENCY of at least 2 (0 is 64 per CPU): a plan holds one slot while it runs and each step needs another, so with 1 no step could ever run")
 	}
 	if c.BatchParallelism < 1 || c.BatchParallelism > 50 {
 		errs = append(errs, "TOOLSVC_BATCH_PARALLELISM must be between 1 and 50")

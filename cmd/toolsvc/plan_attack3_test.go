@@ -1,24 +1,24 @@
 package main
 
 import (
-	"context"
-	"io"
 	"strings"
 	"testing"
 )
 
-// With TOOLSVC_MAX_CONCURRENCY=1 a plan holds the only slot, so none of
-// its steps could ever run, and the model would be told to retry forever:
-// the configuration is refused, naming both settings.
-func TestPlanToolNeedsTwoSlots(t *testing.T) {
-	ws := "TOOLSVC_WORKSPACE=" + t.TempDir()
-	err := run(context.Background(), []string{"toolsvc", "validate"}, []string{ws, "TOOLSVC_PLAN_TOOL=true", "TOOLSVC_MAX_CONCURRENCY=1"}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "TOOLSVC_PLAN_TOOL=true needs TOOLSVC_MAX_CONCURRENCY of at least 2") {
-		t.Errorf("plan tool with one slot: %v", err)
+// A plan's steps run on the plan's own slot when the service has no other
+// free, so TOOLSVC_PLAN_TOOL=true works even with TOOLSVC_MAX_CONCURRENCY=1,
+// where a plan used to hold the only slot while each step waited for
+// another and failed as not run.
+func TestPlanRunsWithOneSlot(t *testing.T) {
+	p := startBinary(t, "TOOLSVC_PLAN_TOOL=true", "TOOLSVC_MAX_CONCURRENCY=1")
+	a := p.send("POST", "/calls", `{"toolName":"plan__execute","arguments":{"steps":[
+		{"tool":"fs__write","arguments":{"path":"a.txt","content":"one"}},
+		{"tool":"fs__list","arguments":{"path":"."}},
+		{"tool":"text__transform","arguments":{"operation":"upper","text":"two"}}]}}`)
+	if a.status != 200 || a.res.Status != "ok" || !strings.HasPrefix(string(a.res.Output), `{"ok":3,"failed":0,`) {
+		t.Fatalf("plan with one slot: %d %s", a.status, a.body)
 	}
-	for _, env := range [][]string{{"TOOLSVC_MAX_CONCURRENCY=1"}, {"TOOLSVC_PLAN_TOOL=true", "TOOLSVC_MAX_CONCURRENCY=2"}} {
-		if err := run(context.Background(), []string{"toolsvc", "validate"}, append([]string{ws}, env...), io.Discard, io.Discard); err != nil {
-			t.Errorf("%v: %v", env, err)
-		}
+	if !strings.Contains(string(a.res.Output), `"a.txt"`) || !strings.Contains(string(a.res.Output), `"TWO"`) {
+		t.Errorf("steps' outputs: %s", a.res.Output)
 	}
 }

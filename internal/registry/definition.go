@@ -211,6 +211,11 @@ func (f Func) Run(ctx context.Context, req *Request) (any, error) { return f(ctx
 type Tool struct {
 	Definition
 	Handler Handler
+	// Nests says that the handler runs calls of its own through the
+	// executor while it runs (plan__execute). Those calls may use the
+	// concurrency slot the tool's call holds, so a full service cannot
+	// leave them waiting on the very slot their parent keeps.
+	Nests bool
 
 	schema *jsonschema.Schema
 	// output is the compiled OutputSchema (nil without one).

@@ -498,8 +498,21 @@ func (e *Executor) runTool(ctx context.Context, f *flight, release func()) (any,
 		Name: f.tool.Name, CallID: f.res.ToolCallID, Arguments: f.args, Context: f.call.Context,
 		MaxOutputBytes: f.tool.MaxOutputBytes, Caller: f.caller, Catalog: f.call.Catalog, spiller: e.spill, reg: f.st.reg,
 	}
+	if f.tool.Nests && f.resumed == nil {
+		// The call holds a slot of the service-wide limit (an approved
+		// call, admitted without one, has none to lend).
+		ctx = context.WithValue(ctx, lentSlotKey{}, make(chan struct{}, 1))
+	}
 	return e.invoke(ctx, f.tool, f.series, f.req, timeout, release)
 }
+
+// lentSlotKey carries, in the context of a Nests tool's handler, the
+// service-wide slot its call holds, lent to the calls the handler runs: a
+// channel of capacity 1, taken by a send and given back by a receive, as
+// the executor's own slots are. Those calls take it when the service has
+// no slot free, so each such tool always has one slot for its calls
+// however full the service is: at worst they run one at a time on it.
+type lentSlotKey struct{}
 
 // cut encodes the output, cut to the tool's maxOutputBytes; a cut
 // output is kept whole in the spill store when the service keeps spills.
@@ -547,11 +560,11 @@ func (e *Executor) finalize(res *Result, tool *Tool, err error, start time.Time)
 // own: at once, or within the capacity wait a batch puts in ctx. It fails
 // with ErrOverloaded when either has none free in time.
 func (e *Executor) acquire(ctx context.Context, tool *Tool) (release func(), err error) {
-	global, err := takeSlot(ctx, e.slots)
+	global, err := takeSlot(ctx, e.slots, true)
 	if err != nil {
 		return nil, err
 	}
-	own, err := takeSlot(ctx, tool.slots)
+	own, err := takeSlot(ctx, tool.slots, false)
 	if err != nil {
 		global()
 		if errors.Is(err, ErrOverloaded) {
@@ -562,15 +575,25 @@ func (e *Executor) acquire(ctx context.Context, tool *Tool) (release func(), err
 	return func() { own(); global() }, nil
 }
 
-// takeSlot takes one of slots (nil: unbounded).
-func takeSlot(ctx context.Context, slots chan struct{}) (release func(), err error) {
+// takeSlot takes one of slots (nil: unbounded). With borrow, when slots
+// has none free, it takes the slot lent by the call that runs this one,
+// if any (lentSlotKey).
+func takeSlot(ctx context.Context, slots chan struct{}, borrow bool) (release func(), err error) {
 	if slots == nil {
 		return func() {}, nil
 	}
-	release = func() { <-slots }
 	select {
 	case slots <- struct{}{}:
-		return release, nil
+		return func() { <-slots }, nil
+	default:
+	}
+	var lent chan struct{} // nil never ready: nothing to borrow
+	if borrow {
+		lent, _ = ctx.Value(lentSlotKey{}).(chan struct{})
+	}
+	select {
+	case lent <- struct{}{}:
+		return func() { <-lent }, nil
 	default:
 	}
 	wait, _ := ctx.Value(capacityWaitKey{}).(time.Duration)
@@ -581,7 +604,9 @@ func takeSlot(ctx context.Context, slots chan struct{}) (release func(), err err
 	defer t.Stop()
 	select {
 	case slots <- struct{}{}:
-		return release, nil
+		return func() { <-slots }, nil
+	case lent <- struct{}{}:
+		return func() { <-lent }, nil
 	case <-t.C:
 		return nil, ErrOverloaded
 	case <-ctx.Done():

@@ -79,6 +79,9 @@ func Tools(o Options) ([]*registry.Tool, *Binder) {
 		Handler: registry.Func(func(ctx context.Context, req *registry.Request) (any, error) {
 			return b.run(ctx, req, o.Batch)
 		}),
+		// The steps run through the executor, on the plan's slot when
+		// the service has none free.
+		Nests: true,
 	}
 	return []*registry.Tool{t}, b
 }

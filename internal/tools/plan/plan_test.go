@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -23,11 +24,23 @@ type testEnv struct {
 	exec *registry.Executor
 	mu   sync.Mutex
 	log  []string
+	// entered gets a value each time test__wait starts; closing gate
+	// lets every test__wait return.
+	entered chan struct{}
+	gate    chan struct{}
 }
 
 func newTestEnv(t *testing.T, bind bool) *testEnv {
 	t.Helper()
-	env := &testEnv{}
+	return newTestEnvWith(t, bind, registry.Options{})
+}
+
+// newTestEnvWith is newTestEnv with the executor's options o (its
+// Registry is set here), and a tool test__wait that blocks until its
+// gate is closed.
+func newTestEnvWith(t *testing.T, bind bool, o registry.Options) *testEnv {
+	t.Helper()
+	env := &testEnv{entered: make(chan struct{}, registry.MaxBatchCalls), gate: make(chan struct{})}
 	record := func(name string) registry.Func {
 		return func(ctx context.Context, r *registry.Request) (any, error) {
 			env.mu.Lock()
@@ -39,13 +52,24 @@ func newTestEnv(t *testing.T, bind bool) *testEnv {
 	obj := json.RawMessage(`{"type":"object","additionalProperties":false}`)
 	side := &registry.Tool{Definition: registry.Definition{Name: "test__write", Description: "writes", Tier: registry.SideEffecting, Parameters: obj}, Handler: record("write")}
 	priv := &registry.Tool{Definition: registry.Definition{Name: "test__exec", Description: "runs", Tier: registry.Privileged, Parameters: obj}, Handler: record("exec")}
+	wait := &registry.Tool{Definition: registry.Definition{Name: "test__wait", Description: "waits", Tier: registry.ReadOnly, Parameters: obj},
+		Handler: registry.Func(func(ctx context.Context, r *registry.Request) (any, error) {
+			env.entered <- struct{}{}
+			select {
+			case <-env.gate:
+				return "went", nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})}
 	planTools, binder := Tools(Options{})
-	tools := append(append(append(planTools, text.Tools()...), jsonq.Tools()...), side, priv)
+	tools := append(append(append(planTools, text.Tools()...), jsonq.Tools()...), side, priv, wait)
 	reg, err := registry.New(registry.Defaults{Timeout: 10 * time.Second, MaxOutputBytes: 16384, ErrorMessageLimit: 1000}, tools...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.exec = registry.NewExecutor(registry.Options{Registry: reg})
+	o.Registry = reg
+	env.exec = registry.NewExecutor(o)
 	if bind {
 		binder.Bind(env.exec)
 	}
@@ -146,6 +170,66 @@ func TestPlanRunsEveryStep(t *testing.T) {
 	}
 	if strings.Join(env.log, ";") != "write by anonymous in conv-1" {
 		t.Errorf("side effects: %v", env.log)
+	}
+}
+
+// A plan holds a slot of the service-wide limit while it runs. When the
+// service has no other slot free, its steps run on that one, one at a
+// time, instead of each waiting for a slot the plan itself keeps taken
+// and failing as not run. The slot is lent to the plan's steps only: a
+// call from outside is still refused.
+func TestPlanStepsRunOnThePlansSlot(t *testing.T) {
+	env := newTestEnvWith(t, true, registry.Options{MaxConcurrency: 1})
+	type answer struct {
+		res   *registry.Result
+		steps []StepResult
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, steps := env.plan(t, registry.Anonymous(), &registry.Call{Arguments: json.RawMessage(`{"steps":[
+			{"tool":"test__wait","arguments":{}},
+			{"tool":"test__wait","arguments":{}},
+			{"tool":"text__transform","arguments":{"operation":"upper","text":"a"}},
+			{"tool":"test__write","arguments":{}}
+		]}`)})
+		done <- answer{res, steps}
+	}()
+	timeout := time.After(30 * time.Second)
+	select {
+	case <-env.entered:
+	case a := <-done:
+		t.Fatalf("the plan ended before any step started: %+v %s", a.res.Error, a.res.Output)
+	case <-timeout:
+		t.Fatal("no step of the plan started")
+	}
+	// One step runs on the plan's slot; its read-only neighbour waits for
+	// it rather than for a slot of its own.
+	select {
+	case <-env.entered:
+		t.Fatal("two steps ran at once on a service with one slot")
+	default:
+	}
+	if _, err := env.exec.Execute(context.Background(), registry.Anonymous(), &registry.Call{ToolName: "text__transform", Arguments: json.RawMessage(`{"operation":"upper","text":"b"}`)}); !errors.Is(err, registry.ErrOverloaded) {
+		t.Errorf("a call from outside the plan, while the plan holds the only slot: %v, want ErrOverloaded", err)
+	}
+	close(env.gate)
+	var a answer
+	select {
+	case a = <-done:
+	case <-timeout:
+		t.Fatal("the plan did not finish")
+	}
+	if a.res.Status != registry.StatusOK || len(a.steps) != 4 {
+		t.Fatalf("plan: %+v %s", a.res, a.res.Output)
+	}
+	for _, s := range a.steps {
+		if s.Status != registry.StatusOK {
+			t.Errorf("step %d (%s): %s %+v", s.Step, s.Tool, s.Status, s.Error)
+		}
+	}
+	// The slot is the service's again once the plan is done.
+	if res, err := env.exec.Execute(context.Background(), registry.Anonymous(), &registry.Call{ToolName: "text__transform", Arguments: json.RawMessage(`{"operation":"upper","text":"b"}`)}); err != nil || res.Status != registry.StatusOK {
+		t.Errorf("a call after the plan: %+v, %v", res, err)
 	}
 }
 
