@@ -688,11 +688,13 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, series *toolSeries, r
 		// the ones that ignore it are reported as abandoned.
 		grace := time.NewTimer(abandonGrace)
 		defer grace.Stop()
+		abandoned := false
 		select {
 		case <-done:
 			e.answers.Put(done)
 		case <-grace.C:
 			if fate.CompareAndSwap(handlerRunning, handlerAbandoned) {
+				abandoned = true
 				e.log.Warn("tool did not return after its deadline; abandoned, its concurrency slot stays taken until it returns", "tool", tool.Name, "toolCallId", req.CallID)
 				if e.metrics != nil {
 					e.metrics.abandonedTotal.WithLabelValues(tool.Name).Inc()
@@ -705,6 +707,9 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, series *toolSeries, r
 		}
 		if ctx.Err() != nil {
 			return nil, canceledError(ctx)
+		}
+		if abandoned {
+			return nil, abandonedError(tool, timeout)
 		}
 		return nil, timeoutError(tool, timeout)
 	}
@@ -721,6 +726,20 @@ const (
 // ends: long enough for a process sandbox to stop a process group
 // (SIGTERM, a grace, SIGKILL), so the answer comes after the cleanup.
 const abandonGrace = time.Second
+
+// abandonedError is the E_TIMEOUT of a tool that did not return when its
+// deadline told it to stop: unlike timeoutError it cannot say the tool
+// was stopped, and a model that took it so could repeat a change that
+// still happens.
+func abandonedError(tool *Tool, timeout time.Duration) *Error {
+	suggestion := "Try a smaller or simpler request, or a larger timeoutMs if the tool allows it."
+	if tool.Tier != ReadOnly {
+		suggestion = "Check whether its change took effect before you call it again: it may still complete. " + suggestion
+	}
+	return &Error{Code: CodeTimeout,
+		Message:    fmt.Sprintf("tool %s did not finish within %s and did not stop when told to: it may still be running", tool.Name, timeout),
+		Suggestion: suggestion}
+}
 
 func timeoutError(tool *Tool, timeout time.Duration) *Error {
 	return &Error{Code: CodeTimeout,

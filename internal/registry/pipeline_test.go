@@ -156,6 +156,10 @@ func TestAbandonedHandlerKeepsItsSlot(t *testing.T) {
 	if err != nil || res.Code() != registry.CodeTimeout {
 		t.Fatalf("first call: %v %+v", err, res)
 	}
+	// It was not stopped, and the model is not told it was.
+	if want := "did not finish within 50ms and did not stop when told to: it may still be running"; !strings.Contains(res.Error.Message, want) {
+		t.Errorf("abandoned call's message %q, want it to say %q", res.Error.Message, want)
+	}
 	if _, err := e.Execute(t.Context(), caller, &registry.Call{ToolName: "fs__search"}); !errors.Is(err, registry.ErrOverloaded) {
 		t.Fatalf("a call while the abandoned handler runs: %v, want ErrOverloaded", err)
 	}
@@ -176,6 +180,27 @@ func TestAbandonedHandlerKeepsItsSlot(t *testing.T) {
 	res, err = e.Execute(t.Context(), caller, &registry.Call{ToolName: "fs__search"})
 	if err != nil || res.Status != registry.StatusOK {
 		t.Fatalf("after the handler returned: %v %+v", err, res)
+	}
+}
+
+// An abandoned tool that changes things tells the model to check the
+// change before calling again: it may still happen.
+func TestAbandonedSideEffectSaysCheckFirst(t *testing.T) {
+	unblock := make(chan struct{})
+	defer close(unblock)
+	stuck := &registry.Tool{
+		Definition: registry.Definition{Name: "fs__write", Description: "Ignores its context.", Tier: registry.SideEffecting, Parameters: object,
+			Timeout: 50 * time.Millisecond},
+		Handler: registry.Func(func(context.Context, *registry.Request) (any, error) {
+			<-unblock
+			return "late", nil
+		}),
+	}
+	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, stuck)})
+	res, err := e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolName: "fs__write"})
+	if err != nil || res.Code() != registry.CodeTimeout || !strings.Contains(res.Error.Message, "it may still be running") ||
+		!strings.HasPrefix(res.Error.Suggestion, "Check whether its change took effect before you call it again") {
+		t.Fatalf("abandoned side-effecting call: %v %+v", err, res.Error)
 	}
 }
 
