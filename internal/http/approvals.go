@@ -2,10 +2,12 @@ package http
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,6 +82,31 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 // approvalList is the body of GET /approvals.
 type approvalList struct {
 	Approvals []*registry.Approval `json:"approvals"`
+	// Next, when the page is full, is the after of the next page.
+	Next string `json:"next,omitempty"`
+}
+
+// maxApprovalPage is the most requests one page of GET /approvals holds,
+// and the size of a page without ?limit.
+const maxApprovalPage = 1000
+
+// encodeCursor and decodeCursor turn an approval's place in listings
+// into the opaque ?after= of GET /approvals and back.
+func encodeCursor(c *registry.ApprovalCursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.CreatedAt.UnixMicro(), 10) + "." + c.ID))
+}
+
+func decodeCursor(s string) (*registry.ApprovalCursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, err
+	}
+	at, id, ok := strings.Cut(string(b), ".")
+	micros, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || id == "" {
+		return nil, errors.New("not a cursor")
+	}
+	return &registry.ApprovalCursor{CreatedAt: time.UnixMicro(micros), ID: id}, nil
 }
 
 // canSeeAll: approvers and admins see every caller's requests; others
@@ -93,14 +120,32 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	f := registry.ApprovalFilter{Status: registry.ApprovalPending, Limit: 1000}
-	switch v := r.URL.Query().Get("status"); v {
+	q := r.URL.Query()
+	f := registry.ApprovalFilter{Status: registry.ApprovalPending, Limit: maxApprovalPage}
+	switch v := q.Get("status"); v {
 	case "":
 	case "all":
 		f.Status = ""
 	default:
 		if f.Status, err = registry.ParseApprovalStatus(v); err != nil {
 			return problem(kindInvalidParameter, err.Error()+" or all")
+		}
+	}
+	switch q.Get("order") {
+	case "", "oldest":
+	case "newest":
+		f.Newest = true
+	default:
+		return problem(kindInvalidParameter, "order must be oldest or newest")
+	}
+	if v := q.Get("limit"); v != "" {
+		if f.Limit, err = strconv.Atoi(v); err != nil || f.Limit < 1 || f.Limit > maxApprovalPage {
+			return problem(kindInvalidParameter, "limit must be a whole number from 1 to "+strconv.Itoa(maxApprovalPage))
+		}
+	}
+	if v := q.Get("after"); v != "" {
+		if f.After, err = decodeCursor(v); err != nil {
+			return problem(kindInvalidParameter, "after must be the next of an earlier page of GET /approvals")
 		}
 	}
 	caller := CallerFrom(r.Context())
@@ -111,10 +156,14 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return storeFailed(err, "")
 	}
+	page := approvalList{Approvals: list}
 	if list == nil {
-		list = []*registry.Approval{}
+		page.Approvals = []*registry.Approval{}
 	}
-	return encode(w, http.StatusOK, approvalList{Approvals: list})
+	if len(list) == f.Limit {
+		page.Next = encodeCursor(list[len(list)-1].Cursor())
+	}
+	return encode(w, http.StatusOK, page)
 }
 
 func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request) error {

@@ -1,16 +1,22 @@
 package http
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
@@ -154,5 +160,97 @@ func TestConsoleDecisionIsACall(t *testing.T) {
 	}
 	if a, err := st.GetApproval(t.Context(), approvalID); err != nil || a.Status != registry.ApprovalPending {
 		t.Errorf("the request after a refused decision: %+v, %v; want it pending", a, err)
+	}
+}
+
+// GET /approvals lists a page at a time: each page's next continues it,
+// in either order, so that every request can be reached however many are
+// kept. Before, a listing stopped at the oldest 1,000, and requests filed
+// after those never showed.
+func TestListApprovalsPages(t *testing.T) {
+	st := openStore(t)
+	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
+	var filed []string
+	for i := range 5 {
+		filed = append(filed, e.askApproval(fmt.Sprintf("page_%d", i)))
+	}
+	walk := func(query string) (ids []string, pages int) {
+		t.Helper()
+		after := ""
+		for pages = 1; pages < 10; pages++ {
+			r := e.do("GET", "/approvals?status=all&limit=2"+query+after, nil, nil, true)
+			var page struct {
+				Approvals []registry.Approval `json:"approvals"`
+				Next      string              `json:"next"`
+			}
+			if r.status != 200 {
+				t.Fatalf("page %d: %d %s", pages, r.status, r.body)
+			}
+			r.json(t, &page)
+			for _, a := range page.Approvals {
+				ids = append(ids, a.ID)
+			}
+			if page.Next == "" {
+				return ids, pages
+			}
+			after = "&after=" + page.Next
+		}
+		t.Fatalf("more than 10 pages: %v", ids)
+		return nil, 0
+	}
+	if ids, pages := walk(""); fmt.Sprint(ids) != fmt.Sprint(filed) || pages != 3 {
+		t.Errorf("oldest first: %v in %d pages, want %v in 3", ids, pages, filed)
+	}
+	reversed := slices.Clone(filed)
+	slices.Reverse(reversed)
+	if ids, _ := walk("&order=newest"); fmt.Sprint(ids) != fmt.Sprint(reversed) {
+		t.Errorf("newest first: %v, want %v", ids, reversed)
+	}
+	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "order=sideways", "after=not-a-cursor", "after=" + base64.RawURLEncoding.EncodeToString([]byte("12."))} {
+		r := e.do("GET", "/approvals?"+q, nil, nil, false)
+		if r.status != 400 || !bytes.Contains(r.body, []byte("invalid_parameter")) {
+			t.Errorf("?%s: %d %s, want 400 invalid_parameter", q, r.status, r.body)
+		}
+	}
+}
+
+// The console's "Recently decided" shows the newest decisions however many
+// older ones are kept. It used to pick them from the oldest 1,000 requests,
+// so once more were kept a new decision never showed.
+func TestConsoleShowsNewestDecisions(t *testing.T) {
+	st := openStore(t)
+	ctx := t.Context()
+	old := time.Now().Add(-2 * time.Hour)
+	for i := range 1001 {
+		id := fmt.Sprintf("apr_old_%04d", i)
+		call := "old_" + id
+		created := old.Add(time.Duration(i) * time.Millisecond)
+		if _, _, err := st.BeginCall(ctx, &registry.CallRecord{CallerID: "anonymous", ToolCallID: call, ToolName: "test__priv", ArgumentsDigest: "d",
+			State: registry.CallPendingApproval, Result: &registry.Result{ToolCallID: call, ToolName: "test__priv", Status: registry.StatusPendingApproval},
+			ApprovalID: id, ExpiresAt: created.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CreateApproval(ctx, &registry.Approval{ID: id, CallerID: "anonymous", ToolCallID: call, ToolName: "test__priv", ArgumentsDigest: "d",
+			Arguments: json.RawMessage(`{}`), Status: registry.ApprovalPending, CreatedAt: created, ExpiresAt: created.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, won, err := st.DecideApproval(ctx, id, registry.VerdictDeny, "someone", "old", created); !won || err != nil {
+			t.Fatalf("deciding %s: %v", id, err)
+		}
+	}
+	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
+	id := e.askApproval("newest")
+	if r := e.do("POST", "/approvals/"+id, []byte(`{"decision":"deny","reason":"the newest"}`), jsonCT, true); r.status != 200 {
+		t.Fatalf("deny: %d %s", r.status, r.body)
+	}
+	page, err := http.Get(e.ts.URL + "/ui")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(page.Body)
+	page.Body.Close()
+	_, decided, _ := strings.Cut(string(body), "Recently decided")
+	if page.StatusCode != 200 || !strings.Contains(decided, "/ui/approvals/"+id) {
+		t.Fatalf("the newest decision %s is not among the recently decided (%d):\n%.2000s", id, page.StatusCode, decided)
 	}
 }

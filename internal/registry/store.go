@@ -151,6 +151,29 @@ type ApprovalFilter struct {
 	CallerID string
 	// Limit caps the number returned; 0 means 100. Stores cap it at 1000.
 	Limit int
+	// Newest lists the newest requests first; otherwise the oldest come
+	// first.
+	Newest bool
+	// After continues a listing after the request it names (the last of
+	// the previous page), in the listing's order; nil starts at its
+	// beginning.
+	After *ApprovalCursor
+	// ExpiresAfter keeps only the requests whose expiry is after it; zero
+	// keeps all.
+	ExpiresAfter time.Time
+}
+
+// ApprovalCursor is a request's place in approval listings, which are
+// ordered by creation time, then id.
+type ApprovalCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// Cursor is a's place in approval listings: a listing given it as After
+// goes on with the requests after a.
+func (a *Approval) Cursor() *ApprovalCursor {
+	return &ApprovalCursor{CreatedAt: a.CreatedAt, ID: a.ID}
 }
 
 // AuditEntry is one line of the audit trail: who called what, what policy

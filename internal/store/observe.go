@@ -15,13 +15,26 @@ func announceExpired(ctx context.Context, s registry.Store, o registry.ApprovalO
 	if o == nil {
 		return
 	}
-	list, err := s.ListApprovals(ctx, registry.ApprovalFilter{Status: registry.ApprovalExpired, Limit: 1000})
-	if err != nil {
-		return
-	}
-	for _, a := range list {
-		if a.ExpiresAt.After(after) && !a.ExpiresAt.After(now) {
-			registry.NotifyApproval(o, registry.EventApprovalExpired, a, now)
+	// Only the window is listed: expired requests are kept for the
+	// retention period, and a listing of them all, oldest first, stopped
+	// at a page of old ones once more were kept.
+	f := registry.ApprovalFilter{Status: registry.ApprovalExpired, ExpiresAfter: after, Limit: expiredPage}
+	for {
+		list, err := s.ListApprovals(ctx, f)
+		if err != nil {
+			return
 		}
+		for _, a := range list {
+			if !a.ExpiresAt.After(now) {
+				registry.NotifyApproval(o, registry.EventApprovalExpired, a, now)
+			}
+		}
+		if len(list) < expiredPage {
+			return
+		}
+		f.After = list[len(list)-1].Cursor()
 	}
 }
+
+// expiredPage is how many expired requests announceExpired reads at once.
+const expiredPage = 1000

@@ -241,11 +241,22 @@ func (s *SQL) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([]*
 	if f.CallerID != "" {
 		where = append(where, `caller_id = `+p.add(f.CallerID))
 	}
+	if !f.ExpiresAfter.IsZero() {
+		where = append(where, `expires_at > `+p.add(s.Time(f.ExpiresAfter)))
+	}
+	order, beyond := ` ORDER BY created_at, id`, `>`
+	if f.Newest {
+		order, beyond = ` ORDER BY created_at DESC, id DESC`, `<`
+	}
+	if c := f.After; c != nil {
+		at := p.add(s.Time(c.CreatedAt))
+		where = append(where, `(created_at `+beyond+` `+at+` OR (created_at = `+at+` AND id `+beyond+` `+p.add(c.ID)+`))`)
+	}
 	q := `SELECT ` + listedApprovalColumns + ` FROM approvals`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	rows, err := s.Read.Query(ctx, q+` ORDER BY created_at, id LIMIT `+p.add(Limit(f.Limit)), p...)
+	rows, err := s.Read.Query(ctx, q+order+` LIMIT `+p.add(Limit(f.Limit)), p...)
 	return collect(rows, err, func(row Row) (*registry.Approval, error) {
 		a, err := ScanApproval(row)
 		if err != nil {

@@ -44,7 +44,9 @@ func (c *Console) loadInbox(r *http.Request) (*inbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.Status = ""
+	// The newest first: decided requests are kept for the retention
+	// period, and the oldest page of them would never show new ones.
+	f.Status, f.Newest = "", true
 	all, err := st.ListApprovals(r.Context(), f)
 	if err != nil {
 		return nil, err
@@ -53,9 +55,12 @@ func (c *Console) loadInbox(r *http.Request) (*inbox, error) {
 	for i := len(pending) - 1; i >= 0; i-- {
 		in.Pending = append(in.Pending, pending[i])
 	}
-	for i := len(all) - 1; i >= 0 && len(in.Decided) < decidedShown; i-- {
-		if all[i].Status != registry.ApprovalPending {
-			in.Decided = append(in.Decided, all[i])
+	for _, a := range all {
+		if len(in.Decided) == decidedShown {
+			break
+		}
+		if a.Status != registry.ApprovalPending {
+			in.Decided = append(in.Decided, a)
 		}
 	}
 	h := sha256.New()

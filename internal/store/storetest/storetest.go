@@ -1135,6 +1135,13 @@ func testListApprovals(t *testing.T, s registry.Store) {
 	if _, won, err := s.DecideApproval(ctx, "a2", registry.VerdictDeny, "x", "", time.Now()); !won || err != nil {
 		t.Fatal(err)
 	}
+	cursor := func(id string) *registry.ApprovalCursor {
+		a, err := s.GetApproval(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Cursor()
+	}
 	for _, tc := range []struct {
 		f    registry.ApprovalFilter
 		want []string
@@ -1146,6 +1153,14 @@ func testListApprovals(t *testing.T, s registry.Store) {
 		{registry.ApprovalFilter{Status: registry.ApprovalDenied}, []string{"a2"}},
 		{registry.ApprovalFilter{Status: registry.ApprovalApproved}, []string{}},
 		{registry.ApprovalFilter{Limit: 2}, []string{"a1", "b1"}},
+		{registry.ApprovalFilter{Newest: true}, []string{"a3", "a2", "b1", "a1"}},
+		// pages: each goes on after the last request of the one before
+		{registry.ApprovalFilter{Limit: 2, After: cursor("b1")}, []string{"a2", "a3"}},
+		{registry.ApprovalFilter{After: cursor("a3")}, []string{}},
+		{registry.ApprovalFilter{Newest: true, After: cursor("a2")}, []string{"b1", "a1"}},
+		{registry.ApprovalFilter{Status: registry.ApprovalPending, CallerID: "alice", After: cursor("a1")}, []string{"a3"}},
+		{registry.ApprovalFilter{ExpiresAfter: exp.Add(-time.Minute)}, []string{"a1", "b1", "a2", "a3"}},
+		{registry.ApprovalFilter{ExpiresAfter: exp.Add(time.Minute)}, []string{}},
 	} {
 		got, err := s.ListApprovals(ctx, tc.f)
 		if err != nil {
