@@ -11,14 +11,17 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 )
 
 // finishFails is a real store whose FinishCall fails while down is set.
@@ -252,5 +255,50 @@ func TestConsoleShowsNewestDecisions(t *testing.T) {
 	_, decided, _ := strings.Cut(string(body), "Recently decided")
 	if page.StatusCode != 200 || !strings.Contains(decided, "/ui/approvals/"+id) {
 		t.Fatalf("the newest decision %s is not among the recently decided (%d):\n%.2000s", id, page.StatusCode, decided)
+	}
+}
+
+// The console's Calls page shows the newest calls however busy the week
+// was. It read the audit trail of the last 7 days from its oldest entry,
+// at most 10,000 entries, so past that many a new call never showed.
+func TestConsoleCallsShowsNewestCalls(t *testing.T) {
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{SyncNormal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	// 10,001 entries of the past days, written side by side so that they
+	// share commits.
+	start := time.Now().Add(-3 * 24 * time.Hour)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < 10001; i += 8 {
+				if err := st.AppendAudit(t.Context(), &registry.AuditEntry{Time: start.Add(time.Duration(i) * time.Second), CallerID: "anonymous",
+					ToolCallID: fmt.Sprintf("old_%05d", i), ToolName: "text__transform", Tier: registry.ReadOnly, Status: registry.StatusOK}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
+	if r, res := e.call("/calls", `{"toolName":"text__transform","toolCallId":"the_newest","arguments":{"operation":"upper","text":"a"},"record":true}`); r.status != 200 || res.Status != registry.StatusOK {
+		t.Fatalf("call: %d %s", r.status, r.body)
+	}
+	page, err := http.Get(e.ts.URL + "/ui/calls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(page.Body)
+	page.Body.Close()
+	if page.StatusCode != 200 || !strings.Contains(string(body), "/ui/calls/the_newest") {
+		t.Fatalf("the newest call is not on the calls page (%d):\n%.3000s", page.StatusCode, body)
 	}
 }

@@ -212,7 +212,11 @@ type AuditFilter struct {
 	ToolName string
 	// Since drops entries before it; zero keeps all.
 	Since time.Time
-	// AfterID continues a listing after the entry with that id.
+	// Newest lists the newest entries first; otherwise the oldest come
+	// first.
+	Newest bool
+	// AfterID continues a listing after the entry with that id, in the
+	// listing's order; 0 starts at its beginning.
 	AfterID int64
 	// Limit caps the number returned; 0 means 100. Stores cap it at 1000.
 	Limit int

@@ -272,7 +272,17 @@ func (s *SQL) ListAudit(ctx context.Context, f registry.AuditFilter) ([]*registr
 		return nil, nil
 	}
 	var p params
-	where := []string{`id > ` + p.add(f.AfterID)}
+	var where []string
+	order := ` ORDER BY id`
+	switch {
+	case !f.Newest:
+		where = append(where, `id > `+p.add(f.AfterID))
+	case f.AfterID > 0:
+		where = append(where, `id < `+p.add(f.AfterID))
+	}
+	if f.Newest {
+		order = ` ORDER BY id DESC`
+	}
 	if f.CallerID != "" {
 		where = append(where, `caller_id = `+p.add(f.CallerID))
 	}
@@ -282,8 +292,11 @@ func (s *SQL) ListAudit(ctx context.Context, f registry.AuditFilter) ([]*registr
 	if !f.Since.IsZero() {
 		where = append(where, `time >= `+p.add(s.Time(f.Since)))
 	}
-	rows, err := s.Read.Query(ctx, `SELECT `+AuditColumns+` FROM audit WHERE `+strings.Join(where, ` AND `)+
-		` ORDER BY id LIMIT `+p.add(Limit(f.Limit)), p...)
+	q := `SELECT ` + AuditColumns + ` FROM audit`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	rows, err := s.Read.Query(ctx, q+order+` LIMIT `+p.add(Limit(f.Limit)), p...)
 	return collect(rows, err, scanAudit)
 }
 

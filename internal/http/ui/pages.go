@@ -191,10 +191,13 @@ func (c *Console) handleCalls(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	caller := callerOf(r)
 	p := &callsPage{Caller: q.Get("caller"), Tool: q.Get("tool"), Status: q.Get("status"), SeesAll: seesAll(caller), ScannedLimit: auditPage * auditPages}
-	f := registry.AuditFilter{CallerID: p.Caller, ToolName: p.Tool, Since: c.o.Now().Add(-7 * 24 * time.Hour), Limit: auditPage}
+	// The newest first: read oldest first, a busy week's trail filled
+	// the pages with its first days, and new calls never showed.
+	f := registry.AuditFilter{CallerID: p.Caller, ToolName: p.Tool, Since: c.o.Now().Add(-7 * 24 * time.Hour), Limit: auditPage, Newest: true}
 	if !p.SeesAll {
 		f.CallerID = caller.ID
 	}
+	// An entry read first is its call's latest.
 	latest := map[string]*registry.AuditEntry{}
 	var order []string
 	for range auditPages {
@@ -211,16 +214,19 @@ func (c *Console) handleCalls(w http.ResponseWriter, r *http.Request) {
 			k := e.CallerID + "\x00" + e.ToolCallID
 			if _, ok := latest[k]; !ok {
 				order = append(order, k)
+				latest[k] = e
 			}
-			latest[k] = e
 		}
 		if len(list) < auditPage {
 			break
 		}
 		f.AfterID = list[len(list)-1].ID
 	}
-	for i := len(order) - 1; i >= 0 && len(p.Calls) < callsShown; i-- {
-		e := latest[order[i]]
+	for _, k := range order {
+		if len(p.Calls) == callsShown {
+			break
+		}
+		e := latest[k]
 		if p.Status != "" && string(e.Status) != p.Status && string(e.Code) != p.Status {
 			continue
 		}

@@ -1332,6 +1332,10 @@ func testAudit(t *testing.T, s registry.Store) {
 		{registry.AuditFilter{Since: base.Add(time.Minute)}, []int{1, 2, 3}},
 		{registry.AuditFilter{AfterID: entries[1].ID}, []int{2, 3}},
 		{registry.AuditFilter{Limit: 1}, []int{0}},
+		{registry.AuditFilter{Newest: true}, []int{3, 2, 1, 0}},
+		{registry.AuditFilter{Newest: true, Limit: 2}, []int{3, 2}},
+		{registry.AuditFilter{Newest: true, AfterID: entries[2].ID}, []int{1, 0}},
+		{registry.AuditFilter{Newest: true, CallerID: "alice", Since: base.Add(time.Minute)}, []int{2}},
 	} {
 		got, err := s.ListAudit(ctx, tc.f)
 		if err != nil {
