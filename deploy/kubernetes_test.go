@@ -326,6 +326,20 @@ func checkCommon(t *testing.T, m manifests) {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want || ports[p.HTTPGet.Port.String()] == 0 {
 			t.Errorf("%s probe: %+v", name, p)
 		}
+		// Through the admin address, which clients holding every
+		// connection of the main one cannot starve.
+		if p != nil && p.HTTPGet != nil && p.HTTPGet.Port.String() != "admin" {
+			t.Errorf("%s probe on port %s, want admin", name, p.HTTPGet.Port.String())
+		}
+	}
+	adminAddr := ""
+	for _, e := range c.Env {
+		if e.Name == "TOOLSVC_ADMIN_ADDR" {
+			adminAddr = e.Value
+		}
+	}
+	if want := fmt.Sprintf(":%d", ports["admin"]); adminAddr != want {
+		t.Errorf("TOOLSVC_ADMIN_ADDR = %q, want %q (the admin port)", adminAddr, want)
 	}
 	if pod.TerminationGracePeriodSeconds == nil || *pod.TerminationGracePeriodSeconds < 35 {
 		t.Error("terminationGracePeriodSeconds leaves calls in flight no time to drain (TOOLSVC_SHUTDOWN_TIMEOUT is 30s)")

@@ -26,7 +26,11 @@ import (
 // Config is every process setting; this is the only place the
 // environment is read.
 type Config struct {
-	Addr              string        `env:"TOOLSVC_ADDR" envDefault:"127.0.0.1:8080" desc:"listen address; a non-loopback address needs credentials or TOOLSVC_AUTH=none"`
+	Addr string `env:"TOOLSVC_ADDR" envDefault:"127.0.0.1:8080" desc:"listen address; a non-loopback address needs credentials or TOOLSVC_AUTH=none"`
+	// AdminAddr is a listener for probes and scrapers only, so that
+	// clients holding every connection of TOOLSVC_ADDR cannot make a
+	// liveness probe fail and the service restart.
+	AdminAddr         string        `env:"TOOLSVC_ADMIN_ADDR" desc:"a second listen address that serves only /healthz, /readyz and /metrics, without credentials and outside TOOLSVC_MAX_CONNECTIONS (at most 64 connections of its own), for probes and scrapers; empty: none"`
 	ConfigPaths       []string      `env:"TOOLSVC_CONFIG" envSeparator:"," desc:"comma-separated YAML files or directories of resources"`
 	Workspace         string        `env:"TOOLSVC_WORKSPACE" envDefault:"./workspace" desc:"the directory file and shell tools are confined to"`
 	DefaultTimeout    time.Duration `env:"TOOLSVC_DEFAULT_TIMEOUT" envDefault:"30s" desc:"a tool's timeout when it declares none"`

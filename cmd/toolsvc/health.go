@@ -15,21 +15,26 @@ import (
 	"time"
 )
 
-// health checks a running instance, for container health checks. With
-// TOOLSVC_TLS_CERT_FILE set it speaks HTTPS and trusts exactly the
-// certificate in that file: the instance it asks is its own, on
-// loopback, whose name may not be in the certificate.
+// health checks a running instance, for container health checks: on
+// TOOLSVC_ADMIN_ADDR when it is set (clients cannot fill it), otherwise on
+// TOOLSVC_ADDR. There, with TOOLSVC_TLS_CERT_FILE set, it speaks HTTPS and
+// trusts exactly the certificate in that file: the instance it asks is
+// its own, on loopback, whose name may not be in the certificate.
 func health(ctx context.Context, cfg Config, stdout io.Writer) error {
-	host, port, err := net.SplitHostPort(cfg.Addr)
+	setting, addr, certFile := "TOOLSVC_ADDR", cfg.Addr, cfg.TLSCertFile
+	if cfg.AdminAddr != "" {
+		setting, addr, certFile = "TOOLSVC_ADMIN_ADDR", cfg.AdminAddr, "" // plain HTTP
+	}
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("TOOLSVC_ADDR: %w", err)
+		return fmt.Errorf("%s: %w", setting, err)
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}
 	scheme, transport := "http", &http.Transport{}
-	if cfg.TLSCertFile != "" {
-		pin, err := servedCertificate(cfg.TLSCertFile)
+	if certFile != "" {
+		pin, err := servedCertificate(certFile)
 		if err != nil {
 			return fmt.Errorf("health: %w", err)
 		}

@@ -530,7 +530,16 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	served := make(chan error, 1)
+	served := make(chan error, 2)
+	listening := []any{"addr", ln.Addr().String()}
+	if cfg.AdminAddr != "" {
+		as, addr, err := serveAdmin(cfg.AdminAddr, srv.AdminHandler(), log, served)
+		if err != nil {
+			return err
+		}
+		defer as.Close() // after hs, so /readyz says draining there till the end
+		listening = append(listening, "admin", addr)
+	}
 	if tlsFiles != nil {
 		hs.TLSConfig = tlsFiles.config()
 		go tlsFiles.watch(background)
@@ -538,7 +547,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	} else {
 		go func() { served <- hs.Serve(ln) }()
 	}
-	log.Info("toolsvc listening", "addr", ln.Addr().String(), "version", version, "tools", a.registry.Len(), "tls", tlsFiles != nil, "gomaxprocs", runtime.GOMAXPROCS(0), "gogc", gcPercentNow())
+	log.Info("toolsvc listening", append(listening, "version", version, "tools", a.registry.Len(), "tls", tlsFiles != nil, "gomaxprocs", runtime.GOMAXPROCS(0), "gogc", gcPercentNow())...)
 	flushLog() // whoever waits for this line (the port it names) gets it now
 
 	select {
@@ -569,6 +578,31 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// adminConnections bounds the connections of the admin listener: probes
+// and scrapers need few, and nothing on it may take the descriptors the
+// calls need.
+const adminConnections = 64
+
+// serveAdmin serves h (health and metrics only) on addr, sending what
+// Serve returns to served, and returns the server and the address it
+// listens on.
+func serveAdmin(addr string, h http.Handler, log *slog.Logger, served chan<- error) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("TOOLSVC_ADMIN_ADDR: %w", err)
+	}
+	as := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() { served <- as.Serve(netutil.LimitListener(ln, adminConnections)) }()
+	return as, ln.Addr().String(), nil
 }
 
 // flushRecords gives the results and audit entries the store refused one

@@ -28,7 +28,7 @@ func (s *Server) addRoutes(r chi.Router) {
 	r.Get("/readyz", s.handleReadyz())
 	r.Get("/openapi.yaml", s.handleOpenAPI())
 	if s.deps.Gatherer != nil {
-		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.deps.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+		r.Method(http.MethodGet, "/metrics", s.metricsHandler())
 	}
 
 	r.Group(func(r chi.Router) {
@@ -47,6 +47,34 @@ func (s *Server) addRoutes(r chi.Router) {
 	if s.console != nil {
 		s.console.Routes(r)
 	}
+}
+
+// AdminHandler serves only /healthz, /readyz and /metrics, as the main
+// handler does, for a listener of their own (TOOLSVC_ADMIN_ADDR): probes
+// and scrapers then reach the service even when clients hold every
+// connection the main listener accepts. It shares the main handler's
+// state, so /readyz answers 503 there too while the service drains.
+func (s *Server) AdminHandler() http.Handler {
+	r := chi.NewRouter()
+	r.Use(middleware.GetHead, s.recoverer)
+	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return problem(kindNotFound, "no route for "+r.URL.Path+": this address serves only /healthz, /readyz and /metrics")
+	}))
+	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		w.Header().Set("Allow", "GET, HEAD")
+		return problem(kindMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+	}))
+	r.Get("/healthz", s.handleHealthz())
+	r.Get("/readyz", s.handleReadyz())
+	if s.deps.Gatherer != nil {
+		r.Method(http.MethodGet, "/metrics", s.metricsHandler())
+	}
+	return r
+}
+
+// metricsHandler serves the Prometheus exposition.
+func (s *Server) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.deps.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})
 }
 
 // allowedMethods lists the methods routed for path, for the Allow header
