@@ -72,15 +72,15 @@ func newObservability(ctx context.Context, cfg Config, stdout io.Writer, log *sl
 
 // countApprovals keeps toolsvc_approvals_pending at the number of pending
 // approval requests in the store, which every replica shares, reading it
-// every interval until ctx ends. It counts at most 1000.
+// every interval until ctx ends.
 func countApprovals(ctx context.Context, st registry.Store, m *registry.Metrics, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		pending, err := st.ListApprovals(ctx, registry.ApprovalFilter{Status: registry.ApprovalPending, Limit: 1000})
+		pending, err := st.CountApprovals(ctx, registry.ApprovalFilter{Status: registry.ApprovalPending})
 		switch {
 		case err == nil:
-			m.SetApprovalsPending(len(pending))
+			m.SetApprovalsPending(pending)
 		case ctx.Err() == nil:
 			log.Debug("counting pending approvals", "error", err)
 		}

@@ -190,17 +190,17 @@ func TestTracingSettingsValidated(t *testing.T) {
 }
 
 // TestApprovalsPendingGauge counts the pending approvals of a real store
-// into toolsvc_approvals_pending.
+// into toolsvc_approvals_pending: all of them (it stopped at 1,000).
 func TestApprovalsPendingGauge(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{SyncNormal: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
 	now := time.Now()
-	for i := range 3 {
+	for i := range 1002 {
 		a := &registry.Approval{ID: fmt.Sprintf("apr_%d", i), CallerID: "c", ToolCallID: fmt.Sprintf("call_%d", i), ToolName: "fs__delete",
 			ArgumentsDigest: "d", Arguments: []byte(`{}`), Status: registry.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
 		if err := st.CreateApproval(ctx, a); err != nil {
@@ -226,11 +226,11 @@ func TestApprovalsPendingGauge(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	waitGauge(3)
+	waitGauge(1002)
 	if _, _, err := st.DecideApproval(ctx, "apr_1", registry.VerdictApprove, "alice", "ok", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	waitGauge(2)
+	waitGauge(1001)
 	cancel()
 	<-done
 }

@@ -301,11 +301,14 @@ type Store interface {
 	// GetApproval returns a request, or ErrNotFound. A pending request past
 	// its expiry reads as expired.
 	GetApproval(ctx context.Context, id string) (*Approval, error)
-	// ListApprovals returns the requests f selects, oldest first. Pending
+	// ListApprovals returns the requests f selects, oldest first (newest
+	// first with f.Newest), at most f.Limit. Pending
 	// requests past their expiry count as expired. Arguments longer than
 	// ListedArgumentsBytes are left out, so that a list of many large
 	// requests stays small.
 	ListApprovals(ctx context.Context, f ApprovalFilter) ([]*Approval, error)
+	// CountApprovals counts the requests f's Status and CallerID select.
+	CountApprovals(ctx context.Context, f ApprovalFilter) (int, error)
 	// DecideApproval moves a pending, unexpired request to approved or
 	// denied, exactly once across connections and replicas, and reports
 	// whether this call did it (won). Together with the request it moves

@@ -147,6 +147,12 @@ func (t *deadlined) ListApprovals(ctx context.Context, f registry.ApprovalFilter
 	return t.s.ListApprovals(ctx, f)
 }
 
+func (t *deadlined) CountApprovals(ctx context.Context, f registry.ApprovalFilter) (int, error) {
+	ctx, cancel := t.ctx(ctx)
+	defer cancel()
+	return t.s.CountApprovals(ctx, f)
+}
+
 func (t *deadlined) DecideApproval(ctx context.Context, id string, v registry.Verdict, by, reason string, now time.Time) (*registry.Approval, bool, error) {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()

@@ -221,14 +221,10 @@ func (s *SQL) GetApproval(ctx context.Context, id string) (*registry.Approval, e
 	return EffectiveApproval(a, s.Clock()), nil
 }
 
-// ListApprovals implements registry.Store.
-func (s *SQL) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([]*registry.Approval, error) {
-	if !storable(f.CallerID) {
-		return nil, nil
-	}
-	now := s.Clock()
+// approvalsOf is the WHERE conditions of the requests f's Status and
+// CallerID select at now, their parameters added to p.
+func (s *SQL) approvalsOf(f registry.ApprovalFilter, now time.Time, p *params) []string {
 	var where []string
-	var p params
 	switch f.Status {
 	case "":
 	case registry.ApprovalPending:
@@ -241,6 +237,32 @@ func (s *SQL) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([]*
 	if f.CallerID != "" {
 		where = append(where, `caller_id = `+p.add(f.CallerID))
 	}
+	return where
+}
+
+// CountApprovals implements registry.Store.
+func (s *SQL) CountApprovals(ctx context.Context, f registry.ApprovalFilter) (int, error) {
+	if !storable(f.CallerID) {
+		return 0, nil
+	}
+	var p params
+	q := `SELECT COUNT(*) FROM approvals`
+	if where := s.approvalsOf(f, s.Clock(), &p); len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	var n int
+	err := s.Read.QueryRow(ctx, q, p...).Scan(&n)
+	return n, err
+}
+
+// ListApprovals implements registry.Store.
+func (s *SQL) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([]*registry.Approval, error) {
+	if !storable(f.CallerID) {
+		return nil, nil
+	}
+	now := s.Clock()
+	var p params
+	where := s.approvalsOf(f, now, &p)
 	if !f.ExpiresAfter.IsZero() {
 		where = append(where, `expires_at > `+p.add(s.Time(f.ExpiresAfter)))
 	}

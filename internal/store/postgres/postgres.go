@@ -848,6 +848,11 @@ func (s *Store) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([
 	return s.sql.ListApprovals(ctx, f)
 }
 
+// CountApprovals implements registry.Store.
+func (s *Store) CountApprovals(ctx context.Context, f registry.ApprovalFilter) (int, error) {
+	return s.sql.CountApprovals(ctx, f)
+}
+
 // DecideApproval implements registry.Store. The UPDATE … WHERE status =
 // 'pending' takes the row lock; a racing decision waits for it, then finds
 // the row no longer pending, so exactly one wins across replicas. The call

@@ -620,6 +620,11 @@ func (s *Store) ListApprovals(ctx context.Context, f registry.ApprovalFilter) ([
 	return s.sql.ListApprovals(ctx, f)
 }
 
+// CountApprovals implements registry.Store.
+func (s *Store) CountApprovals(ctx context.Context, f registry.ApprovalFilter) (int, error) {
+	return s.sql.CountApprovals(ctx, f)
+}
+
 // DecideApproval implements registry.Store. The single writer connection
 // runs the conditional update alone, so exactly one decision wins.
 func (s *Store) DecideApproval(ctx context.Context, id string, v registry.Verdict, by, reason string, now time.Time) (*registry.Approval, bool, error) {

@@ -1170,6 +1170,22 @@ func testListApprovals(t *testing.T, s registry.Store) {
 			t.Errorf("ListApprovals(%+v) = %v, want %v", tc.f, ids(got), tc.want)
 		}
 	}
+	for _, tc := range []struct {
+		f    registry.ApprovalFilter
+		want int
+	}{
+		{registry.ApprovalFilter{}, 4},
+		{registry.ApprovalFilter{Status: registry.ApprovalPending}, 3},
+		{registry.ApprovalFilter{Status: registry.ApprovalPending, CallerID: "alice"}, 2},
+		{registry.ApprovalFilter{Status: registry.ApprovalDenied}, 1},
+		{registry.ApprovalFilter{Status: registry.ApprovalExpired}, 0},
+		{registry.ApprovalFilter{CallerID: "nobody"}, 0},
+		{registry.ApprovalFilter{CallerID: "bad\x00id"}, 0},
+	} {
+		if n, err := s.CountApprovals(ctx, tc.f); err != nil || n != tc.want {
+			t.Errorf("CountApprovals(%+v) = %d, %v; want %d", tc.f, n, err, tc.want)
+		}
+	}
 	if _, err := s.GetApproval(ctx, "zzz"); !errors.Is(err, registry.ErrNotFound) {
 		t.Errorf("GetApproval of an unknown id: %v, want ErrNotFound", err)
 	}
