@@ -42,6 +42,9 @@ func encode(w http.ResponseWriter, status int, v any) error {
 // goes"). Yielding once here lets it begin first. It is only a hint to the
 // scheduler: nothing waits on it, whatever net/http does.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if b, ok := r.Body.(*readBodyAhead); ok && b.limit == limit && b.off == 0 {
+		return b.body, b.err // admitCall read it, and yielded
+	}
 	if r.ContentLength > limit {
 		// Refused before reading: a client that declared more than the
 		// limit and sends less would otherwise hold the read until it

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -184,8 +186,19 @@ func (s *Server) require(scope registry.Scope) func(http.Handler) http.Handler {
 
 // admitCall refuses new calls while draining and counts the ones running,
 // so shutdown can wait for them.
+//
+// It reads the request's body first (within MaxRequestBytes; the handler
+// takes what it read through readBody): a request whose body is still
+// arriving is not a call yet. Counted from its first byte, one client
+// trickling a body a byte a second held every shutdown for the whole
+// TOOLSVC_SHUTDOWN_TIMEOUT, which then reported calls still running and
+// failed. Drain cuts the bodies still being read, and those requests are
+// refused like any other that comes while draining.
 func (s *Server) admitCall(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.draining.Load() && r.Body != nil && r.Body != http.NoBody {
+			r.Body = s.readAhead(w, r)
+		}
 		// Count first, then check: a call that sees "not draining" is
 		// already counted when shutdown starts waiting.
 		s.inFlight.Add(1)
@@ -196,4 +209,61 @@ func (s *Server) admitCall(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// readAhead reads r's body while Drain may cut it off, and returns it as
+// a body readBody takes at once.
+func (s *Server) readAhead(w http.ResponseWriter, r *http.Request) *readBodyAhead {
+	rc := http.NewResponseController(w)
+	s.uploadsMu.Lock()
+	if s.draining.Load() {
+		s.uploadsMu.Unlock()
+		return &readBodyAhead{limit: s.deps.Limits.MaxRequestBytes, err: errDraining}
+	}
+	s.uploads[rc] = struct{}{}
+	s.uploadsMu.Unlock()
+	body, err := readBody(w, r, s.deps.Limits.MaxRequestBytes)
+	s.uploadsMu.Lock()
+	delete(s.uploads, rc)
+	s.uploadsMu.Unlock()
+	// The original body is left to net/http, which drains or drops what
+	// is left of it after the handler.
+	return &readBodyAhead{limit: s.deps.Limits.MaxRequestBytes, body: body, err: err}
+}
+
+// errDraining is the body error of a request whose body was not read
+// because the service is draining.
+var errDraining = errors.New("the service is shutting down")
+
+// readBodyAhead is a request body admitCall has read: readBody returns
+// body and err as they are; other readers read body, then get err.
+type readBodyAhead struct {
+	limit int64
+	body  []byte
+	err   error
+	off   int
+}
+
+func (b *readBodyAhead) Read(p []byte) (int, error) {
+	if b.off < len(b.body) {
+		n := copy(p, b.body[b.off:])
+		b.off += n
+		return n, nil
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	return 0, io.EOF
+}
+
+func (b *readBodyAhead) Close() error { return nil }
+
+// cutUploads makes the reads of the bodies admitCall is reading fail now.
+// The caller has set draining first, so no new reads start afterwards.
+func (s *Server) cutUploads() {
+	s.uploadsMu.Lock()
+	defer s.uploadsMu.Unlock()
+	for rc := range s.uploads {
+		_ = rc.SetReadDeadline(time.Now())
+	}
 }

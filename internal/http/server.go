@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -105,8 +106,12 @@ type Server struct {
 	handler  http.Handler
 	draining atomic.Bool
 	inFlight atomic.Int64
-	console  *ui.Console // nil when disabled
-	formats  formats
+	// uploads are the request bodies admitCall is reading, which Drain
+	// cuts off.
+	uploadsMu sync.Mutex
+	uploads   map[*http.ResponseController]struct{}
+	console   *ui.Console // nil when disabled
+	formats   formats
 }
 
 // NewServer returns the HTTP server for deps.
@@ -120,7 +125,7 @@ func NewServer(deps Deps) *Server {
 	if deps.Limits.MaxJSONDepth <= 0 {
 		deps.Limits.MaxJSONDepth = 64
 	}
-	s := &Server{deps: deps, formats: wireFormats()}
+	s := &Server{deps: deps, formats: wireFormats(), uploads: map[*http.ResponseController]struct{}{}}
 	if deps.Registerer != nil && deps.RateLimiter != nil {
 		s.rate = newRateMetrics(deps.Registerer)
 	}
@@ -161,8 +166,12 @@ func (s *Server) newConsole() (*ui.Console, error) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // Drain makes /readyz answer 503 and refuses new calls with 503; calls
-// already running go on.
-func (s *Server) Drain() { s.draining.Store(true) }
+// already running go on. Calls whose bodies are still arriving are
+// refused too: their reads are cut off.
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	s.cutUploads()
+}
 
 // WaitIdle waits until no call is running or ctx ends, and reports
 // whether the server went idle.
