@@ -96,6 +96,15 @@ func syntaxError(body []byte) string {
 }
 
 func requireJSON(r *http.Request) error {
+	// A compressed body would be read as JSON and refused for its first
+	// byte ("invalid character '\x1f'"), which does not say what to change.
+	for _, ce := range r.Header.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(ce, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return problem(kindUnsupportedMediaType, fmt.Sprintf("Content-Encoding %q is not supported; send the JSON body uncompressed, without Content-Encoding", clipTo(ce, maxEchoBytes)))
+			}
+		}
+	}
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
 		return problem(kindUnsupportedMediaType, "missing Content-Type; send Content-Type: application/json")
