@@ -184,6 +184,11 @@ func (t *TokenIdentity) Token(ctx context.Context, token string) (*registry.Call
 		Iss string `json:"iss"`
 	}
 	if err := json.Unmarshal(jws.UnsafePayloadWithoutVerification(), &unverified); err != nil {
+		// An iss that is not a string (a list, say) is not a broken
+		// claims object: say which claim is wrong.
+		if ute := (*json.UnmarshalTypeError)(nil); errors.As(err, &ute) && ute.Field == "iss" {
+			return nil, refuse("the token's iss is not a string", err)
+		}
 		return nil, refuse("the token's claims are not a JSON object", err)
 	}
 	is, ok := t.issuers[unverified.Iss]
