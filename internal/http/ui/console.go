@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -205,7 +206,11 @@ func (c *Console) signedIn(next http.Handler) http.Handler {
 				c.fail(w, r, http.StatusUnauthorized, "Your session has ended; sign in again.")
 				return
 			}
-			http.Redirect(w, r, "/ui/signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			to := "/ui/signin"
+			if uri := r.URL.RequestURI(); len(uri) <= maxNext {
+				to += "?next=" + url.QueryEscape(uri)
+			}
+			http.Redirect(w, r, to, http.StatusSeeOther)
 			return
 		}
 		ctx := context.WithValue(context.WithValue(r.Context(), callerKey, caller), sessionKey, v)
@@ -259,8 +264,20 @@ func (c *Console) renderTemplate(w http.ResponseWriter, r *http.Request, status 
 	_, _ = w.Write([]byte(buf.String()))
 }
 
+// maxMessage bounds an error page's message, which may repeat what the
+// request sent (an id, a caller): escaped, 1 MB of "&" in a path was 5 MB
+// of page.
+const maxMessage = 1 << 10
+
 // fail renders an error page.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if len(msg) > maxMessage {
+		cut := maxMessage
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "…"
+	}
 	v := c.view(r, http.StatusText(status), "", msg)
 	c.render(w, r, status, "error", v)
 }
@@ -299,9 +316,15 @@ func (c *Console) handleSignInPage(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "signin", c.view(r.WithContext(ctx), "Sign in", "", map[string]string{"Next": safeNext(r.URL.Query().Get("next"))}))
 }
 
-// safeNext keeps a redirect after sign-in within the console.
+// maxNext bounds the address a sign-in returns to. Sent back in a
+// Location header and a form field (escaped, up to five times longer), a
+// 1 MB one made 6 MB of answer for anyone, signed in or not.
+const maxNext = 2 << 10
+
+// safeNext keeps a redirect after sign-in within the console, and short.
 func safeNext(next string) string {
-	if next == "" || !strings.HasPrefix(next, "/ui") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+	if next == "" || len(next) > maxNext || !strings.HasPrefix(next, "/ui") || strings.HasPrefix(next, "//") ||
+		strings.ContainsFunc(next, func(r rune) bool { return r == '\\' || r < 0x20 || r == 0x7f }) {
 		return "/ui"
 	}
 	return next
