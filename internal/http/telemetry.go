@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -180,16 +179,12 @@ const maxAttrBytes = 1024
 func clip(s string) string { return clipTo(s, maxAttrBytes) }
 
 // clipTo cuts s to at most n bytes on a character boundary, copying the
-// cut.
+// cut (so that a long request's bytes are not kept alive by it).
 func clipTo(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	i := n
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return strings.Clone(s[:i])
+	return strings.Clone(registry.Clip(s, n))
 }
 
 // splitHostPort splits "host:port" (or a bare host); port is 0 when

@@ -2,6 +2,18 @@ package registry
 
 import "unicode/utf8"
 
+// Clip returns s cut to at most n bytes on a character boundary (s
+// itself when it is no longer).
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
 // TrimPartialRune drops the incomplete UTF-8 sequence (at most three
 // bytes) that a cut may leave at the end of b, and leaves complete or
 // invalid-anyway bytes alone. Tools that cut output at a byte limit use

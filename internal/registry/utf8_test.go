@@ -19,3 +19,22 @@ func TestTrimPartialRune(t *testing.T) {
 		}
 	}
 }
+
+func TestClip(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"abc", 5, "abc"},
+		{"abc", 3, "abc"},
+		{"abc", 2, "ab"},
+		{"a€b", 3, "a"}, // € is three bytes: it is not split
+		{"a€b", 4, "a€"},
+		{"€", 0, ""},
+	} {
+		if got := Clip(c.s, c.n); got != c.want {
+			t.Errorf("Clip(%q, %d) = %q, want %q", c.s, c.n, got, c.want)
+		}
+	}
+}

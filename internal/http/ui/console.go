@@ -19,7 +19,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -272,11 +271,7 @@ const maxMessage = 1 << 10
 // fail renders an error page.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	if len(msg) > maxMessage {
-		cut := maxMessage
-		for cut > 0 && !utf8.RuneStart(msg[cut]) {
-			cut--
-		}
-		msg = msg[:cut] + "…"
+		msg = registry.Clip(msg, maxMessage) + "…"
 	}
 	v := c.view(r, http.StatusText(status), "", msg)
 	c.render(w, r, status, "error", v)

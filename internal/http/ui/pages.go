@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -352,18 +351,12 @@ func fold(s string) folded {
 	if len(s) <= foldAt {
 		return folded{Head: s}
 	}
-	cut := foldAt
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	f := folded{Head: s[:cut], Rest: s[cut:]}
+	head := registry.Clip(s, foldAt)
+	f := folded{Head: head, Rest: s[len(head):]}
 	if len(f.Rest) > maxShown {
-		end := maxShown
-		for end > 0 && !utf8.RuneStart(f.Rest[end]) {
-			end--
-		}
-		f.Omitted = len(f.Rest) - end
-		f.Rest = f.Rest[:end]
+		shown := registry.Clip(f.Rest, maxShown)
+		f.Omitted = len(f.Rest) - len(shown)
+		f.Rest = shown
 	}
 	return f
 }
