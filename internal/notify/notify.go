@@ -403,6 +403,14 @@ func (d *Dispatcher) send(ctx context.Context, t *Target, job delivery) error {
 	}
 	resp, err := d.client.Do(req)
 	if err != nil {
+		// The url.Error would quote the URL, which is logged with the
+		// failure: a Slack webhook's URL is its secret (urlFrom), in its
+		// path, where redaction of queries does not reach. The host is
+		// no secret and says which receiver failed.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = fmt.Errorf("POST to %s: %w", req.URL.Host, uerr.Err)
+		}
 		return err
 	}
 	defer resp.Body.Close()
