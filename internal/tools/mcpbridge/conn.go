@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/propagation"
+	"golang.org/x/time/rate"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/sandbox"
@@ -88,11 +89,22 @@ func (c *conn) run() {
 		cs, cleanup, err := c.connect()
 		if err == nil {
 			c.markFirst()
-			backoff = c.m.o.MinBackoff
-			c.serve(cs, cleanup)
+			up := time.Now()
+			err := c.serve(cs, cleanup)
+			// Only a session that lasted resets the backoff: one lost
+			// soon after it was made is an attempt that failed. A server
+			// that exits once it has listed its tools was otherwise
+			// started again twice a second for as long as it was
+			// configured (48 times in 30 s), each time logged twice.
+			if time.Since(up) >= c.m.o.MaxBackoff {
+				backoff = c.m.o.MinBackoff
+			}
+			if err != nil && c.ctx.Err() == nil {
+				c.m.log.Warn("mcp: connection lost; reconnecting", "server", c.srv.name, "error", err, "retryIn", backoff.String())
+			}
 		} else {
 			if c.ctx.Err() == nil {
-				err = redactedError(err)
+				err = c.redactedError(err)
 				c.setDown(err)
 				c.m.log.Warn("mcp: server not reachable; retrying", "server", c.srv.name, "endpoint", c.srv.describe(), "error", err, "retryIn", backoff.String())
 			}
@@ -141,8 +153,9 @@ func (c *conn) connect() (*mcp.ClientSession, func(), error) {
 	return cs, cleanup, nil
 }
 
-// serve watches a live session until it ends or the conn is cancelled.
-func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) {
+// serve watches a live session until it ends or the conn is cancelled;
+// it returns why the session was lost (nil when cancelled).
+func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) error {
 	ended := make(chan error, 1)
 	go func() { ended <- cs.Wait() }()
 	closeSession := func() {
@@ -159,22 +172,20 @@ func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) {
 		case <-c.ctx.Done():
 			c.detach(cs)
 			closeSession()
-			return
+			return nil
 		case err := <-ended:
 			cleanup()
 			if err == nil {
 				err = errors.New("the server closed the connection")
 			}
-			c.lost(cs, err)
-			return
+			return c.lost(cs, err)
 		case <-c.broken:
 			ctx, cancel := context.WithTimeout(c.ctx, c.m.o.ConnectTimeout)
 			err := cs.Ping(ctx, nil)
 			cancel()
 			if err != nil && c.ctx.Err() == nil {
 				closeSession()
-				c.lost(cs, fmt.Errorf("ping: %w", err))
-				return
+				return c.lost(cs, fmt.Errorf("ping: %w", err))
 			}
 		case <-c.refresh:
 			// A server that sends list_changed without pause is listed
@@ -185,14 +196,14 @@ func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) {
 				}
 				continue
 			}
-			if !c.relist(cs, closeSession) {
-				return
+			if err := c.relist(cs, closeSession); err != nil {
+				return err
 			}
 			listed = time.Now()
 		case <-relist:
 			relist = nil
-			if !c.relist(cs, closeSession) {
-				return
+			if err := c.relist(cs, closeSession); err != nil {
+				return err
 			}
 			listed = time.Now()
 		}
@@ -203,22 +214,21 @@ func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) {
 // tools on its notifications.
 const relistInterval = time.Second
 
-// relist lists the tools of a live session again; it reports false when
-// the session was lost (and closed) doing so.
-func (c *conn) relist(cs *mcp.ClientSession, closeSession func()) bool {
+// relist lists the tools of a live session again; it returns why the
+// session was lost (and closed) doing so, or nil.
+func (c *conn) relist(cs *mcp.ClientSession, closeSession func()) error {
 	ctx, cancel := context.WithTimeout(c.ctx, c.m.o.ConnectTimeout)
 	tools, err := listTools(ctx, cs)
 	cancel()
 	if err != nil {
 		if c.ctx.Err() != nil {
-			return true
+			return nil
 		}
 		closeSession()
-		c.lost(cs, fmt.Errorf("tools/list: %w", err))
-		return false
+		return c.lost(cs, fmt.Errorf("tools/list: %w", err))
 	}
 	c.setUp(cs, tools)
-	return true
+	return nil
 }
 
 // transport makes the transport for one attempt and what undoes it.
@@ -226,7 +236,8 @@ func (c *conn) transport() (mcp.Transport, func(), error) {
 	s := c.srv
 	if s.url != "" {
 		client := &http.Client{
-			Transport:     &headerTransport{base: c.m.o.Transport, headers: s.headers, prop: c.m.o.Propagator},
+			Transport: &headerTransport{base: c.m.o.Transport, headers: s.headers, prop: c.m.o.Propagator,
+				events: newPacer(maxServerLines, maxServerLineBurst, c.slowed)},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 		return &mcp.StreamableClientTransport{Endpoint: s.url, HTTPClient: client, MaxEventSize: maxAnswerBytes}, func() {}, nil
@@ -263,11 +274,107 @@ func (c *conn) transport() (mcp.Transport, func(), error) {
 		}
 		stderr.flush()
 	}
-	t := &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+	var t mcp.Transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	if reaper != nil {
-		return &reapedTransport{CommandTransport: t, reaper: reaper}, cleanup, nil
+		t = &reapedTransport{CommandTransport: t.(*mcp.CommandTransport), reaper: reaper}
 	}
-	return t, cleanup, nil
+	return &pacedTransport{Transport: t, pace: newPacer(maxServerMessages, maxServerBurst, c.slowed)}, cleanup, nil
+}
+
+// slowed logs that a connection's reading was slowed for the first time.
+func (c *conn) slowed() {
+	c.m.log.Warn("mcp: server sends requests and notifications faster than toolsvc reads them; reading slowed", "server", c.srv.name, "rate", fmt.Sprintf("%d a second", maxServerMessages))
+}
+
+// A server's requests and notifications of its own accord (progress, log
+// messages, list_changed, pings) are read at a bounded rate: each costs
+// the service far more to decode and dispatch than it costs the server to
+// write, and a server that wrote notifications without pause kept a core
+// of the service busy (98% over stdio, 82% over HTTP) for as long as it
+// ran. Past the rate, reading waits, so the pipe or the TCP window fills
+// and the server waits too; a server that floods slows only itself.
+// Over stdio the messages are counted (answers to the service's own
+// requests are not); over HTTP the lines of event streams, a few to an
+// event, since the SDK's HTTP connection has methods of its own that a
+// wrapper of the connection would hide.
+const (
+	maxServerMessages  = 100
+	maxServerBurst     = 1000
+	maxServerLines     = 4 * maxServerMessages
+	maxServerLineBurst = 4 * maxServerBurst
+	// streamLines is what opening an event stream costs (see RoundTrip).
+	streamLines = maxServerLines / 10
+)
+
+// pacer is the rate limit of one connection's reading.
+type pacer struct {
+	lim *rate.Limiter
+	// slowed is called the first time reading has to wait.
+	slowed   func()
+	slowOnce sync.Once
+}
+
+func newPacer(perSecond, burst int, slowed func()) *pacer {
+	return &pacer{lim: rate.NewLimiter(rate.Limit(perSecond), burst), slowed: slowed}
+}
+
+// wait waits until n more may be read (n at most the burst), or done or
+// ctx ends.
+func (p *pacer) wait(ctx context.Context, done <-chan struct{}, n int) error {
+	d := p.lim.ReserveN(time.Now(), n).Delay()
+	if d <= 0 {
+		return nil
+	}
+	p.slowOnce.Do(p.slowed)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-done:
+		return io.EOF
+	}
+}
+
+// pacedTransport paces the requests and notifications its connection
+// reads (see maxServerMessages).
+type pacedTransport struct {
+	mcp.Transport
+	pace *pacer
+}
+
+func (t *pacedTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	conn, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pacedConn{Connection: conn, pace: t.pace, closed: make(chan struct{})}, nil
+}
+
+type pacedConn struct {
+	mcp.Connection
+	pace      *pacer
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (c *pacedConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if _, ok := msg.(*jsonrpc.Request); !ok || err != nil {
+		return msg, err
+	}
+	// Close unblocks a waiting Read, as the Connection contract asks.
+	if err := c.pace.wait(ctx, c.closed, 1); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+func (c *pacedConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Connection.Close()
 }
 
 // reapedTransport starts a stdio server under its reaper, and fails when
@@ -358,12 +465,29 @@ func (c *conn) setUp(cs *mcp.ClientSession, tools []*mcp.Tool) {
 }
 
 // redactedError is err with the URLs in its text redacted (an HTTP
-// server's URL may carry a key in its query), for status and logs.
-func redactedError(err error) error {
+// server's URL may carry a key, see Server.redact), for status and logs,
+// and cut at maxErrorText.
+func (c *conn) redactedError(err error) error {
 	if err == nil {
 		return nil
 	}
-	return errors.New(registry.RedactURLs(err.Error()))
+	return errors.New(cutText(c.srv.redact(err.Error()), maxErrorText))
+}
+
+// maxErrorText bounds the text of an error kept in a server's status and
+// logged. The server chooses much of it: the message of a JSON-RPC error
+// it answers to initialize or tools/list may take all the 16 MiB of a
+// message, and was logged on every attempt and served whole by every
+// /readyz (8 MiB each).
+const maxErrorText = 1 << 10
+
+// cutText returns s cut at about n bytes (at a character's start), saying
+// how long it was.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return fmt.Sprintf("%s… (%d bytes in all)", registry.Clip(s, n), len(s))
 }
 
 func (c *conn) setDown(err error) {
@@ -379,18 +503,20 @@ func (c *conn) setDown(err error) {
 	}
 }
 
-// lost records that the session cs ended.
-func (c *conn) lost(cs *mcp.ClientSession, err error) {
+// lost records that the session cs ended, and returns why (redacted),
+// or nil when the conn was cancelled.
+func (c *conn) lost(cs *mcp.ClientSession, err error) error {
 	c.mu.Lock()
 	if c.session == cs {
 		c.session = nil
 	}
 	c.mu.Unlock()
-	if c.ctx.Err() == nil {
-		err = redactedError(err)
-		c.m.log.Warn("mcp: connection lost; reconnecting", "server", c.srv.name, "error", err)
-		c.setDown(fmt.Errorf("connection lost: %w", err))
+	if c.ctx.Err() != nil {
+		return nil
 	}
+	err = c.redactedError(err)
+	c.setDown(fmt.Errorf("connection lost: %w", err))
+	return err
 }
 
 func (c *conn) detach(cs *mcp.ClientSession) {
@@ -473,7 +599,7 @@ func (c *conn) call(ctx context.Context, remote string, req *registry.Request) (
 				Message:    fmt.Sprintf("MCP server %s: %v, the most toolsvc reads", c.srv.name, errAnswerTooLarge),
 				Suggestion: "Ask the tool for less: narrower arguments or fewer results."}
 		}
-		e := &registry.Error{Code: registry.CodeTool, Message: registry.RedactURLs(fmt.Sprintf("MCP server %s: %v", c.srv.name, err))}
+		e := &registry.Error{Code: registry.CodeTool, Message: c.srv.redact(fmt.Sprintf("MCP server %s: %v", c.srv.name, err))}
 		if !answered {
 			// The connection failed, not the tool: it is made again.
 			e.Suggestion = "The connection to the tool's server was lost and is being made again; try the call again in a few seconds, or use another tool."
@@ -489,6 +615,9 @@ type headerTransport struct {
 	base    http.RoundTripper
 	headers map[string]string
 	prop    propagation.TextMapPropagator
+	// events paces the lines of the connection's event streams (see
+	// maxServerMessages).
+	events *pacer
 }
 
 func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -497,6 +626,16 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		r.Header.Set(k, v)
 	}
 	t.prop.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
+	if r.Method == http.MethodGet && t.events != nil {
+		// A GET opens (or resumes) the stream of the server's own
+		// messages, which the SDK opens again as soon as the server ends
+		// it, after as little as the server asks (an SSE retry of 1 ms):
+		// each counts as streamLines lines, so a server that ends every
+		// stream at once is asked again at most 10 times a second.
+		if err := t.events.wait(r.Context(), nil, streamLines); err != nil {
+			return nil, err
+		}
+	}
 	resp, err := t.base.RoundTrip(r)
 	if err != nil {
 		return nil, err
@@ -505,11 +644,17 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	// (io.ReadAll): those are cut at maxAnswerBytes. An event stream it
 	// reads an event at a time, each bounded by MaxEventSize; the stream
 	// itself may last as long as the session.
-	left := int64(maxAnswerBytes)
+	b := &boundedBody{ctx: r.Context(), body: resp.Body, left: maxAnswerBytes}
 	if resp.StatusCode/100 == 2 && mediaType(resp.Header.Get("Content-Type")) == "text/event-stream" {
-		left = -1
+		b.left = -1
+		if r.Method == http.MethodGet {
+			// Only the stream of the server's own messages is paced: a
+			// POST's stream carries the answer to a request of the
+			// service's, however many lines it takes.
+			b.pace = t.events
+		}
 	}
-	resp.Body = &boundedBody{ctx: r.Context(), body: resp.Body, left: left}
+	resp.Body = b
 	return resp, nil
 }
 
@@ -529,6 +674,8 @@ type boundedBody struct {
 	ctx  context.Context
 	body io.ReadCloser
 	left int64
+	// pace, for an event stream, paces its lines.
+	pace *pacer
 }
 
 func (b *boundedBody) Read(p []byte) (int, error) {
@@ -536,7 +683,18 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	if b.left < 0 {
-		return b.body.Read(p)
+		if b.pace == nil {
+			return b.body.Read(p)
+		}
+		// No more lines in one read than the pacer's burst.
+		p = p[:min(len(p), maxServerLineBurst)]
+		n, err := b.body.Read(p)
+		if lines := bytes.Count(p[:n], []byte{'\n'}); lines > 0 {
+			if werr := b.pace.wait(b.ctx, nil, lines); werr != nil {
+				return 0, werr
+			}
+		}
+		return n, err
 	}
 	if b.left == 0 {
 		// One byte more tells a body that ends here from a longer one.

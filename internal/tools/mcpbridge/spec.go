@@ -102,6 +102,10 @@ type Server struct {
 	url     string
 	headers map[string]string
 	key     string
+	// endpoint is url without what may be secret (see describe);
+	// urlForms are the ways errors quote url, longest first.
+	endpoint string
+	urlForms []string
 }
 
 // Name returns the server's name, the prefix of its tools' names.
@@ -158,6 +162,13 @@ func Decode(r *config.Resource, lookup config.LookupEnv) (*Server, error) {
 			return nil, r.Errorf("http.url %q must be an absolute http or https URL", registry.RedactURL(spec.HTTP.URL))
 		}
 		s.url = spec.HTTP.URL
+		s.endpoint = endpoint(u)
+		for _, f := range []string{s.url, u.String(), u.Redacted()} {
+			if !slices.Contains(s.urlForms, f) {
+				s.urlForms = append(s.urlForms, f)
+			}
+		}
+		slices.SortFunc(s.urlForms, func(a, b string) int { return len(b) - len(a) })
 		s.headers = map[string]string{}
 		for name, v := range spec.HTTP.Headers {
 			val, err := v.Resolve(lookup, r.Dir())
@@ -215,11 +226,47 @@ func (s *Server) transport() string {
 	return "stdio"
 }
 
-// describe names the endpoint without secrets (no query, no user
-// information, no arguments), for logs.
+// endpoint is u as describe shows it: user information and query
+// redacted (registry.RedactURL), and of the path only its last segment
+// when that is short ("/mcp", "/.../sse"): hosted MCP servers put a key
+// in the path as others do in the query (https://host/mcp/<key>/sse).
+func endpoint(u *url.URL) string {
+	e := *u
+	e.Path, e.RawPath, e.Fragment = "", "", ""
+	segments := strings.Split(strings.Trim(u.EscapedPath(), "/"), "/")
+	switch last := segments[len(segments)-1]; {
+	case last == "":
+	case len(last) > maxShownSegment:
+		e.Path = "/..."
+	case len(segments) == 1:
+		e.Path = "/" + last
+	default:
+		e.Path = "/.../" + last
+	}
+	return registry.RedactURL(e.String())
+}
+
+// maxShownSegment is the longest last segment of an MCP server's path
+// that is shown; a longer one may be a key.
+const maxShownSegment = 16
+
+// describe names the endpoint without secrets, for logs and status: a URL
+// as endpoint shows it, a program without its arguments.
 func (s *Server) describe() string {
 	if s.url != "" {
-		return registry.RedactURL(s.url)
+		return s.endpoint
 	}
 	return s.command
+}
+
+// redact returns text, an error's, with the server's URL, quoted by
+// failed requests, named as describe does, and other URLs redacted as
+// everywhere (no query, no user information). It is what the status
+// (served by the unauthenticated /readyz), the log and a failed call's
+// message say.
+func (s *Server) redact(text string) string {
+	for _, f := range s.urlForms {
+		text = strings.ReplaceAll(text, f, s.endpoint)
+	}
+	return registry.RedactURLs(text)
 }

@@ -30,6 +30,17 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 	notes := 0
 	note := func(level slog.Level, msg string, args ...any) {
 		if notes++; notes <= maxListingNotes {
+			// The server chooses the names and much of the errors'
+			// text: a listing of long names (1 MiB each, anew every
+			// second) wrote 8 MB of log a second.
+			for i, a := range args {
+				switch a := a.(type) {
+				case string:
+					args[i] = cutText(a, maxLogSchema)
+				case error:
+					args[i] = cutText(a.Error(), maxLogSchema)
+				}
+			}
 			c.m.log.Log(context.Background(), level, msg, append([]any{"server", s.name}, args...)...)
 		}
 	}
@@ -87,7 +98,7 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 				out := tool.OutputSchema
 				tool.OutputSchema = nil
 				if probe(tool) == nil {
-					note(slog.LevelWarn, "mcp: output schema left out; the tool's outputs are not checked", "tool", t.Name, "error", err, "outputSchema", string(out[:min(len(out), maxLogSchema)]))
+					note(slog.LevelWarn, "mcp: output schema left out; the tool's outputs are not checked", "tool", t.Name, "error", err, "outputSchema", string(out))
 					err = nil
 				}
 			}
@@ -148,7 +159,7 @@ const (
 	// every rebuild of the catalog, which a server may ask for once a
 	// second. This many cost about what the bound above does (0.5 s).
 	maxServerSchemaNodes = 16 * maxSchemaNodes
-	// maxLogSchema bounds a schema quoted in the log.
+	// maxLogSchema bounds a schema, a name or an error quoted in the log.
 	maxLogSchema = 1 << 10
 	// maxListingNotes bounds what is logged about one listing (tools
 	// renamed or left out): a server that lists 10,000 new names a second
