@@ -130,13 +130,11 @@ func (c *conn) connect() (*mcp.ClientSession, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	keepAlive := c.m.o.KeepAlive
-	if keepAlive < 0 {
-		keepAlive = 0
-	}
+	// No KeepAlive here: the SDK pings only sessions that began with
+	// initialize, not those of the newer revision (server/discover); serve
+	// pings every session itself.
 	client := mcp.NewClient(&mcp.Implementation{Name: "toolsvc", Version: c.m.o.Version}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { poke(c.refresh) },
-		KeepAlive:              keepAlive,
 	})
 	cs, err := client.Connect(ctx, transport, nil)
 	if err != nil {
@@ -166,7 +164,13 @@ func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) error {
 	var (
 		listed time.Time // the last listing on a notification
 		relist <-chan time.Time
+		pings  <-chan time.Time // nil: no keepalive
 	)
+	if c.m.o.KeepAlive > 0 {
+		t := time.NewTicker(c.m.o.KeepAlive)
+		defer t.Stop()
+		pings = t.C
+	}
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -179,13 +183,13 @@ func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) error {
 				err = errors.New("the server closed the connection")
 			}
 			return c.lost(cs, err)
+		case <-pings:
+			if err := c.ping(cs, closeSession); err != nil {
+				return err
+			}
 		case <-c.broken:
-			ctx, cancel := context.WithTimeout(c.ctx, c.m.o.ConnectTimeout)
-			err := cs.Ping(ctx, nil)
-			cancel()
-			if err != nil && c.ctx.Err() == nil {
-				closeSession()
-				return c.lost(cs, fmt.Errorf("ping: %w", err))
+			if err := c.ping(cs, closeSession); err != nil {
+				return err
 			}
 		case <-c.refresh:
 			// A server that sends list_changed without pause is listed
@@ -208,6 +212,19 @@ func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) error {
 			listed = time.Now()
 		}
 	}
+}
+
+// ping asks a live session's server whether it is there; it returns why
+// the session was lost (and closed) when it is not, or nil.
+func (c *conn) ping(cs *mcp.ClientSession, closeSession func()) error {
+	ctx, cancel := context.WithTimeout(c.ctx, c.m.o.ConnectTimeout)
+	err := cs.Ping(ctx, nil)
+	cancel()
+	if err != nil && c.ctx.Err() == nil {
+		closeSession()
+		return c.lost(cs, fmt.Errorf("ping: %w", err))
+	}
+	return nil
 }
 
 // relistInterval is the least time between two listings of a server's
