@@ -48,6 +48,7 @@ func allowed() []struct {
 		{"internal/notify", []string{"internal/registry"}},
 		{"internal/tools/workspace", nil},
 		{"internal/tools/rematch", nil},
+		{"internal/logtest", nil},
 		{"internal/tools/stream", []string{"internal/registry", "internal/sandbox"}},
 		{"internal/tools/*", []string{"internal/registry", "internal/tools/workspace", "internal/tools/rematch", "internal/tools/stream", "internal/sandbox", "internal/config"}},
 	}

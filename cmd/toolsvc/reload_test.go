@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/toolsvc/toolsvc/internal/logtest"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/sandbox"
 )
@@ -124,10 +125,10 @@ func execCall(t *testing.T, e *registry.Executor, name string) *registry.Result 
 // testReloader builds the service of the configuration in dir as serve
 // does, with its executor and reloader; logs collects what it logs, and
 // ws is its workspace.
-func testReloader(t *testing.T, dir string) (rl *reloader, exec *registry.Executor, logs *syncBuffer, ws string) {
+func testReloader(t *testing.T, dir string) (rl *reloader, exec *registry.Executor, logs *logtest.Buffer, ws string) {
 	t.Helper()
 	cfg, ws := testEnviron(t, dir)
-	logs = &syncBuffer{}
+	logs = &logtest.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	mgr := newMCPManager(cfg, log, make(chan struct{}, 1))
 	t.Cleanup(mgr.Close)

@@ -10,10 +10,10 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/toolsvc/toolsvc/internal/logtest"
 	"github.com/toolsvc/toolsvc/internal/sandbox"
 	"github.com/toolsvc/toolsvc/internal/tools/worker"
 )
@@ -39,24 +39,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -73,7 +55,7 @@ type instance struct {
 	base   string
 	cancel context.CancelFunc
 	done   chan error
-	logs   *syncBuffer
+	logs   *logtest.Buffer
 }
 
 func start(t *testing.T, extra ...string) *instance {
@@ -87,7 +69,7 @@ func start(t *testing.T, extra ...string) *instance {
 	}
 	environ = append(environ, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{t: t, base: "http://" + addr, cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}}
+	in := &instance{t: t, base: "http://" + addr, cancel: cancel, done: make(chan error, 1), logs: &logtest.Buffer{}}
 	go func() { in.done <- run(ctx, []string{"toolsvc"}, environ, io.Discard, in.logs) }()
 	t.Cleanup(func() {
 		cancel()
@@ -261,7 +243,7 @@ func TestRefusesExposureWithoutCredentials(t *testing.T) {
 		t.Fatalf("non-loopback without credentials: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"toolsvc"}, []string{"TOOLSVC_ADDR=0.0.0.0:0", "TOOLSVC_AUTH=none", "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir()}, io.Discard, logs)

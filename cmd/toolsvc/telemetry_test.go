@@ -15,18 +15,19 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/toolsvc/toolsvc/internal/logtest"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 )
 
 // startTraced runs toolsvc with the console span exporter and returns its
 // base URL, its stdout (the spans) and its stderr (the log).
-func startTraced(t *testing.T, extra ...string) (string, *syncBuffer, *syncBuffer) {
+func startTraced(t *testing.T, extra ...string) (string, *logtest.Buffer, *logtest.Buffer) {
 	t.Helper()
 	addr := freeAddr(t)
 	environ := append([]string{"TOOLSVC_ADDR=" + addr, "TOOLSVC_LOG_FLUSH_INTERVAL=0", "TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + t.TempDir(), "OTEL_TRACES_EXPORTER=console"}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	stdout, stderr := &logtest.Buffer{}, &logtest.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"toolsvc"}, environ, stdout, stderr) }()
 	t.Cleanup(func() {

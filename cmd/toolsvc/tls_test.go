@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/toolsvc/toolsvc/internal/logtest"
 )
 
 type testCA struct {
@@ -75,10 +77,10 @@ func writeFile(t *testing.T, path string, b []byte) {
 
 // serveInBackground runs the service in the test's process with environ
 // until the test ends, and returns its log.
-func serveInBackground(t *testing.T, environ []string) *syncBuffer {
+func serveInBackground(t *testing.T, environ []string) *logtest.Buffer {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	go func() { done <- run(ctx, []string{"toolsvc"}, environ, io.Discard, logs) }()
 	t.Cleanup(func() {
 		cancel()

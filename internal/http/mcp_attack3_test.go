@@ -11,11 +11,12 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolsvc/toolsvc/internal/logtest"
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
 // mcpEnvWith is an env whose registry also holds extra.
-func mcpEnvWith(t *testing.T, logs *lockedBuffer, extra ...*registry.Tool) *env {
+func mcpEnvWith(t *testing.T, logs *logtest.Buffer, extra ...*registry.Tool) *env {
 	t.Helper()
 	return newEnv(t, func(d *Deps, o *registry.Options) {
 		if logs != nil {
@@ -38,7 +39,7 @@ func echoTool(name, params string) *registry.Tool {
 // object property) is left out of /mcp with an error logged, instead of
 // every request to /mcp failing with 500 for every caller who sees it.
 func TestMCPToolTheSDKRefusesIsLeftOut(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &logtest.Buffer{}
 	e := mcpEnvWith(t, logs,
 		echoTool("bad__hdr", `{"type":"object","properties":{"region":{"type":"object","x-mcp-header":"Region"}}}`),
 		echoTool("good__one", `{"type":"object"}`))

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -21,36 +20,19 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolsvc/toolsvc/internal/logtest"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/telemetry"
 )
 
-// lockedBuffer is a goroutine-safe log sink.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // tracedEnv is newEnv with the HTTP metrics, tracing into an in-memory
 // exporter, and the service's logger at debug level.
-func tracedEnv(t *testing.T, mutate ...func(*Deps, *registry.Options)) (*env, *tracetest.InMemoryExporter, *lockedBuffer) {
+func tracedEnv(t *testing.T, mutate ...func(*Deps, *registry.Options)) (*env, *tracetest.InMemoryExporter, *logtest.Buffer) {
 	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	logs := &lockedBuffer{}
+	logs := &logtest.Buffer{}
 	log := telemetry.NewLogger(logs, telemetry.LogOptions{Level: slog.LevelDebug})
 	e := newEnv(t, append([]func(*Deps, *registry.Options){func(d *Deps, o *registry.Options) {
 		d.TracerProvider = tp
@@ -393,7 +375,7 @@ func TestCallRecordCarriesTraceID(t *testing.T) {
 // writes one line, its audit line, which carries the request id the
 // client got; a call refused before the executor keeps its access line.
 func TestOneLogLinePerCall(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &logtest.Buffer{}
 	log := telemetry.NewLogger(logs, telemetry.LogOptions{Level: slog.LevelInfo})
 	e := newEnv(t, func(d *Deps, o *registry.Options) { d.Logger = log; o.Logger = log })
 	lines := func() []map[string]any {
@@ -421,9 +403,7 @@ func TestOneLogLinePerCall(t *testing.T) {
 			t.Errorf("audit line lacks %s: %v", k, got[0])
 		}
 	}
-	logs.mu.Lock()
-	logs.b.Reset()
-	logs.mu.Unlock()
+	logs.Reset()
 	h["X-Request-Id"] = "req-bad-body"
 	if r := e.do("POST", "/calls", []byte(`{"toolName":`), h, false); r.status != 400 {
 		t.Fatalf("bad body: %d %s", r.status, r.body)

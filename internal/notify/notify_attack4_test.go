@@ -1,35 +1,15 @@
 package notify_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/toolsvc/toolsvc/internal/logtest"
 	"github.com/toolsvc/toolsvc/internal/notify"
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
-
-// syncBuffer is a log sink the dispatcher's worker writes to while the
-// test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestFailedDeliveryDoesNotLogTheURL delivers to a Slack-style webhook
 // whose URL (from urlFrom, a secret: the token is its path) answers
@@ -43,7 +23,7 @@ func TestFailedDeliveryDoesNotLogTheURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs logtest.Buffer
 	d := notify.New(notify.Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	defer d.Close()
 	d.Load([]*notify.Target{tg})

@@ -1,7 +1,6 @@
 package registry_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolsvc/toolsvc/internal/logtest"
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
@@ -288,23 +288,12 @@ func (s *superseding) FinishCall(ctx context.Context, c, id string, r *registry.
 }
 
 // logBuffer collects log lines for a test to read while calls write them.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type logBuffer struct{ logtest.Buffer }
 
 // lines returns the lines logged at level that hold every one of want.
 func (l *logBuffer) lines(level string, want ...string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []string
-	for line := range strings.Lines(l.buf.String()) {
+	for line := range strings.Lines(l.String()) {
 		ok := strings.Contains(line, `"level":"`+level+`"`)
 		for _, w := range want {
 			ok = ok && strings.Contains(line, w)

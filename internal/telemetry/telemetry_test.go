@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +19,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/toolsvc/toolsvc/internal/logtest"
 )
 
 func TestNewRegistry(t *testing.T) {
@@ -115,26 +116,8 @@ func TestExporterChoice(t *testing.T) {
 	}
 }
 
-// syncBuffer is a goroutine-safe writer.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestConsoleExporter(t *testing.T) {
-	var out syncBuffer
+	var out logtest.Buffer
 	tp, err := NewTracerProvider(context.Background(), TracingOptions{Exporter: "console", Console: &out, ServiceName: "toolsvc-test", ServiceVersion: "9.9.9"})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/toolsvc/toolsvc/internal/logtest"
 )
 
 // TestServerErrorTextIsBounded: a server that answers initialize with a
@@ -24,7 +26,7 @@ func TestServerErrorTextIsBounded(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": msg.ID, "error": map[string]any{"code": -32000, "message": huge}})
 	}))
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	f := newFixture(t, func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
 	f.env["MCP_TOKEN"] = "Bearer x"
 	f.m.Ensure(context.Background(), []*Server{f.server(httpDoc("refuser", u))})
@@ -49,7 +51,7 @@ func TestLongToolNamesAreCutInTheLog(t *testing.T) {
 	for i := range 5 {
 		tools = append(tools, map[string]any{"name": fmt.Sprintf("long.%d.", i) + strings.Repeat("n", 256<<10), "inputSchema": object()})
 	}
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	f := newFixture(t, func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
 	f.env["MCP_TOKEN"] = "Bearer x"
 	set := f.m.Ensure(context.Background(), []*Server{f.server(httpDoc("s", listingServer(t, tools)))})
@@ -63,10 +65,4 @@ func TestLongToolNamesAreCutInTheLog(t *testing.T) {
 	if len(out) > 5*(maxLogSchema+1024) {
 		t.Errorf("%d bytes logged for 5 renames", len(out))
 	}
-}
-
-func (l *lockedBuffer) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Len()
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolsvc/toolsvc/internal/logtest"
 )
 
 // TestFlappingServerBacksOff: a server that is lost soon after each
@@ -16,7 +18,7 @@ import (
 // a second for as long as it was configured. The wait before each
 // reconnection doubles until a session lasts MaxBackoff.
 func TestFlappingServerBacksOff(t *testing.T) {
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	f := newFixture(t, func(o *Options) {
 		o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 		o.MaxBackoff = time.Minute // no session of this test lasts that long

@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolsvc/toolsvc/internal/logtest"
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
@@ -77,7 +78,7 @@ func runFloodServer() {
 }
 
 // waitSlowed waits until the log says the server's reading was slowed.
-func waitSlowed(t *testing.T, logs *lockedBuffer, server string) {
+func waitSlowed(t *testing.T, logs *logtest.Buffer, server string) {
 	t.Helper()
 	eventually(t, "the reading of the flooding server to be slowed", func() bool {
 		for _, line := range strings.Split(logs.String(), "\n") {
@@ -95,7 +96,7 @@ func waitSlowed(t *testing.T, logs *lockedBuffer, server string) {
 // as it ran (98%), while it cost the server next to nothing. Its messages
 // are read at a bounded rate: the pipe fills, and the server waits.
 func TestStdioNotificationFloodIsPaced(t *testing.T) {
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	f := newFixture(t, func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
 	exe, err := os.Executable()
 	if err != nil {
@@ -139,7 +140,7 @@ func (h floodingHTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // calls, which have streams of their own, are answered meanwhile.
 func TestHTTPNotificationFloodIsPaced(t *testing.T) {
 	u := serveMCP(t, floodingHTTPServer{mcp: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return newTestServer(func() {}) }, nil)})
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	f := newFixture(t, func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
 	f.env["MCP_TOKEN"] = "Bearer x"
 	set := f.m.Ensure(context.Background(), []*Server{f.server(httpDoc("hflood", u))})
@@ -179,7 +180,7 @@ func (h *endingStreamServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestReopenedStreamsArePaced(t *testing.T) {
 	h := &endingStreamServer{mcp: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return newTestServer(func() {}) }, nil)}
 	u := serveMCP(t, h)
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	f := newFixture(t, func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
 	f.env["MCP_TOKEN"] = "Bearer x"
 	f.m.Ensure(context.Background(), []*Server{f.server(httpDoc("reopen", u))})

@@ -1,7 +1,6 @@
 package mcpbridge
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,12 +10,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolsvc/toolsvc/internal/logtest"
 )
 
 // listingServer is an MCP server over streamable HTTP on loopback that
@@ -232,7 +232,7 @@ func TestRenamesAreBounded(t *testing.T) {
 	for i := range 200 {
 		tools = append(tools, map[string]any{"name": fmt.Sprintf("a.b%03d", i), "inputSchema": object()})
 	}
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	f := newFixture(t, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	f.env["MCP_TOKEN"] = "Bearer x"
 	set := f.m.Ensure(context.Background(), []*Server{f.server(httpDoc("s", listingServer(t, tools)))})
@@ -246,25 +246,6 @@ func TestRenamesAreBounded(t *testing.T) {
 	if !strings.Contains(out, "notes=180") {
 		t.Errorf("the renames not logged are not counted:\n%s", out)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer for a logger written from several
-// goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // logged is what a lineLogger logged, on a clock the test moves.

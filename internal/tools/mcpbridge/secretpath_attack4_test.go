@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolsvc/toolsvc/internal/logtest"
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestSecretInURLPathIsNotShown(t *testing.T) {
 	const key = "sk-Path0Key1Secret"
 	h := newHTTPServer(t, "127.0.0.1:0")
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	f := newFixture(t, func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
 	f.env["MCP_TOKEN"] = "Bearer x"
 	u := "http://" + h.addr + "/mcp/" + key + "/sse"
