@@ -141,14 +141,7 @@ func TestApprovedCallKeepsTimeout(t *testing.T) {
 // counted meanwhile.
 func TestAbandonedHandlerKeepsItsSlot(t *testing.T) {
 	unblock := make(chan struct{})
-	stuck := &registry.Tool{
-		Definition: registry.Definition{Name: "fs__search", Description: "Ignores its context.", Tier: registry.ReadOnly, Parameters: object,
-			Timeout: 50 * time.Millisecond},
-		Handler: registry.Func(func(context.Context, *registry.Request) (any, error) {
-			<-unblock
-			return "late", nil
-		}),
-	}
+	stuck := stuckTool("fs__search", registry.ReadOnly, unblock)
 	m := registry.NewMetrics(prometheus.NewRegistry())
 	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, stuck), MaxConcurrency: 1, Metrics: m})
 	caller := registry.Anonymous()
@@ -183,19 +176,25 @@ func TestAbandonedHandlerKeepsItsSlot(t *testing.T) {
 	}
 }
 
-// An abandoned tool that changes things tells the model to check the
-// change before calling again: it may still happen.
-func TestAbandonedSideEffectSaysCheckFirst(t *testing.T) {
-	unblock := make(chan struct{})
-	defer close(unblock)
-	stuck := &registry.Tool{
-		Definition: registry.Definition{Name: "fs__write", Description: "Ignores its context.", Tier: registry.SideEffecting, Parameters: object,
+// stuckTool is a tool with a 50 ms timeout whose handler ignores its
+// context and returns only once unblock is closed.
+func stuckTool(name string, tier registry.Tier, unblock <-chan struct{}) *registry.Tool {
+	return &registry.Tool{
+		Definition: registry.Definition{Name: name, Description: "Ignores its context.", Tier: tier, Parameters: object,
 			Timeout: 50 * time.Millisecond},
 		Handler: registry.Func(func(context.Context, *registry.Request) (any, error) {
 			<-unblock
 			return "late", nil
 		}),
 	}
+}
+
+// An abandoned tool that changes things tells the model to check the
+// change before calling again: it may still happen.
+func TestAbandonedSideEffectSaysCheckFirst(t *testing.T) {
+	unblock := make(chan struct{})
+	defer close(unblock)
+	stuck := stuckTool("fs__write", registry.SideEffecting, unblock)
 	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, stuck)})
 	res, err := e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolName: "fs__write"})
 	if err != nil || res.Code() != registry.CodeTimeout || !strings.Contains(res.Error.Message, "it may still be running") ||
