@@ -222,22 +222,12 @@ func TestListApprovalsPages(t *testing.T) {
 // so once more were kept a new decision never showed.
 func TestConsoleShowsNewestDecisions(t *testing.T) {
 	st := openStore(t)
-	ctx := t.Context()
 	old := time.Now().Add(-2 * time.Hour)
 	for i := range 1001 {
 		id := fmt.Sprintf("apr_old_%04d", i)
-		call := "old_" + id
 		created := old.Add(time.Duration(i) * time.Millisecond)
-		if _, _, err := st.BeginCall(ctx, &registry.CallRecord{CallerID: "anonymous", ToolCallID: call, ToolName: "test__priv", ArgumentsDigest: "d",
-			State: registry.CallPendingApproval, Result: &registry.Result{ToolCallID: call, ToolName: "test__priv", Status: registry.StatusPendingApproval},
-			ApprovalID: id, ExpiresAt: created.Add(time.Hour)}); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.CreateApproval(ctx, &registry.Approval{ID: id, CallerID: "anonymous", ToolCallID: call, ToolName: "test__priv", ArgumentsDigest: "d",
-			Arguments: json.RawMessage(`{}`), Status: registry.ApprovalPending, CreatedAt: created, ExpiresAt: created.Add(time.Hour)}); err != nil {
-			t.Fatal(err)
-		}
-		if _, won, err := st.DecideApproval(ctx, id, registry.VerdictDeny, "someone", "old", created); !won || err != nil {
+		fileApproval(t, st, id, created)
+		if _, won, err := st.DecideApproval(t.Context(), id, registry.VerdictDeny, "someone", "old", created); !won || err != nil {
 			t.Fatalf("deciding %s: %v", id, err)
 		}
 	}
@@ -300,5 +290,49 @@ func TestConsoleCallsShowsNewestCalls(t *testing.T) {
 	page.Body.Close()
 	if page.StatusCode != 200 || !strings.Contains(string(body), "/ui/calls/the_newest") {
 		t.Fatalf("the newest call is not on the calls page (%d):\n%.3000s", page.StatusCode, body)
+	}
+}
+
+// fileApproval files, straight into st, a pending request id of
+// test__priv by the anonymous caller, created at created, with its call.
+func fileApproval(t *testing.T, st registry.Store, id string, created time.Time) {
+	t.Helper()
+	call := "call_" + id
+	if _, _, err := st.BeginCall(t.Context(), &registry.CallRecord{CallerID: "anonymous", ToolCallID: call, ToolName: "test__priv", ArgumentsDigest: "d",
+		State: registry.CallPendingApproval, Result: &registry.Result{ToolCallID: call, ToolName: "test__priv", Status: registry.StatusPendingApproval},
+		ApprovalID: id, ExpiresAt: created.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateApproval(t.Context(), &registry.Approval{ID: id, CallerID: "anonymous", ToolCallID: call, ToolName: "test__priv", ArgumentsDigest: "d",
+		Arguments: json.RawMessage(`{}`), Status: registry.ApprovalPending, CreatedAt: created, ExpiresAt: created.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The inbox shows the newest pending requests, at most 100, and counts
+// them all: it showed up to 1,000, each with up to 16 KiB of arguments,
+// on every refresh, and counted only those it showed.
+func TestInboxShowsAPageOfPendingAndCountsThemAll(t *testing.T) {
+	st := openStore(t)
+	start := time.Now().Add(-time.Minute)
+	for i := range 105 {
+		fileApproval(t, st, fmt.Sprintf("apr_p_%03d", i), start.Add(time.Duration(i)*time.Millisecond))
+	}
+	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
+	page, err := http.Get(e.ts.URL + "/ui")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(page.Body)
+	page.Body.Close()
+	body := string(b)
+	if !strings.Contains(body, `id="pending-count">105<`) || !strings.Contains(body, "The newest 100 are shown") {
+		t.Errorf("count and note: %.1500s", body)
+	}
+	if n := strings.Count(body, `data-approval="apr_p_`); n != 100 {
+		t.Errorf("%d pending requests shown, want 100", n)
+	}
+	if !strings.Contains(body, `data-approval="apr_p_104"`) || strings.Contains(body, `data-approval="apr_p_004"`) {
+		t.Error("not the newest 100 shown")
 	}
 }

@@ -20,49 +20,61 @@ import (
 
 // inbox is the data of the inbox page and fragment.
 type inbox struct {
-	Pending []*registry.Approval
-	Decided []*registry.Approval
+	// Pending are the newest pending requests, at most pendingShown of
+	// PendingCount.
+	Pending      []*registry.Approval
+	PendingCount int
+	Decided      []*registry.Approval
 	// Version changes when a request arrives or is decided; the page's
 	// script swaps the list in only then.
 	Version string
 }
 
-const decidedShown = 20
+const (
+	// pendingShown bounds the requests the inbox shows: each may carry
+	// 16 KiB of arguments, and the page is read again on every change.
+	pendingShown = 100
+	decidedShown = 20
+)
 
 func (c *Console) loadInbox(r *http.Request) (*inbox, error) {
 	st := c.o.Executor.Store()
 	if st == nil {
 		return nil, registry.ErrNoStore
 	}
-	f := registry.ApprovalFilter{Status: registry.ApprovalPending, Limit: 1000}
+	f := registry.ApprovalFilter{Status: registry.ApprovalPending, Limit: pendingShown, Newest: true}
 	caller := callerOf(r)
 	if !seesAll(caller) {
 		f.CallerID = caller.ID
 	}
-	pending, err := st.ListApprovals(r.Context(), f)
-	if err != nil {
-		return nil, err
-	}
-	// The newest first: decided requests are kept for the retention
-	// period, and the oldest page of them would never show new ones.
-	f.Status, f.Newest = "", true
-	all, err := st.ListApprovals(r.Context(), f)
-	if err != nil {
-		return nil, err
-	}
 	in := &inbox{}
-	for i := len(pending) - 1; i >= 0; i-- {
-		in.Pending = append(in.Pending, pending[i])
+	var err error
+	if in.Pending, err = st.ListApprovals(r.Context(), f); err != nil {
+		return nil, err
 	}
-	for _, a := range all {
-		if len(in.Decided) == decidedShown {
-			break
-		}
-		if a.Status != registry.ApprovalPending {
-			in.Decided = append(in.Decided, a)
-		}
+	if in.PendingCount, err = st.CountApprovals(r.Context(), f); err != nil {
+		return nil, err
 	}
+	// The newest decisions of each kind, merged: decided requests are
+	// kept for the retention period, and a listing of them all, oldest
+	// first, never reached the new ones.
+	for _, s := range []registry.ApprovalStatus{registry.ApprovalApproved, registry.ApprovalDenied, registry.ApprovalExpired} {
+		f.Status, f.Limit = s, decidedShown
+		list, err := st.ListApprovals(r.Context(), f)
+		if err != nil {
+			return nil, err
+		}
+		in.Decided = append(in.Decided, list...)
+	}
+	slices.SortFunc(in.Decided, func(a, b *registry.Approval) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(b.ID, a.ID)
+	})
+	in.Decided = in.Decided[:min(len(in.Decided), decidedShown)]
 	h := sha256.New()
+	fmt.Fprintf(h, "%d pending\n", in.PendingCount)
 	for _, a := range append(slices.Clone(in.Pending), in.Decided...) {
 		fmt.Fprintf(h, "%s %s\n", a.ID, a.Status)
 	}
