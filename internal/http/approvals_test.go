@@ -236,15 +236,10 @@ func TestConsoleShowsNewestDecisions(t *testing.T) {
 	if r := e.do("POST", "/approvals/"+id, []byte(`{"decision":"deny","reason":"the newest"}`), jsonCT, true); r.status != 200 {
 		t.Fatalf("deny: %d %s", r.status, r.body)
 	}
-	page, err := http.Get(e.ts.URL + "/ui")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(page.Body)
-	page.Body.Close()
-	_, decided, _ := strings.Cut(string(body), "Recently decided")
-	if page.StatusCode != 200 || !strings.Contains(decided, "/ui/approvals/"+id) {
-		t.Fatalf("the newest decision %s is not among the recently decided (%d):\n%.2000s", id, page.StatusCode, decided)
+	status, body := e.page("/ui")
+	_, decided, _ := strings.Cut(body, "Recently decided")
+	if status != 200 || !strings.Contains(decided, "/ui/approvals/"+id) {
+		t.Fatalf("the newest decision %s is not among the recently decided (%d):\n%.2000s", id, status, decided)
 	}
 }
 
@@ -282,14 +277,9 @@ func TestConsoleCallsShowsNewestCalls(t *testing.T) {
 	if r, res := e.call("/calls", `{"toolName":"text__transform","toolCallId":"the_newest","arguments":{"operation":"upper","text":"a"},"record":true}`); r.status != 200 || res.Status != registry.StatusOK {
 		t.Fatalf("call: %d %s", r.status, r.body)
 	}
-	page, err := http.Get(e.ts.URL + "/ui/calls")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(page.Body)
-	page.Body.Close()
-	if page.StatusCode != 200 || !strings.Contains(string(body), "/ui/calls/the_newest") {
-		t.Fatalf("the newest call is not on the calls page (%d):\n%.3000s", page.StatusCode, body)
+	status, body := e.page("/ui/calls")
+	if status != 200 || !strings.Contains(body, "/ui/calls/the_newest") {
+		t.Fatalf("the newest call is not on the calls page (%d):\n%.3000s", status, body)
 	}
 }
 
@@ -319,15 +309,9 @@ func TestInboxShowsAPageOfPendingAndCountsThemAll(t *testing.T) {
 		fileApproval(t, st, fmt.Sprintf("apr_p_%03d", i), start.Add(time.Duration(i)*time.Millisecond))
 	}
 	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = st })
-	page, err := http.Get(e.ts.URL + "/ui")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(page.Body)
-	page.Body.Close()
-	body := string(b)
-	if !strings.Contains(body, `id="pending-count">105<`) || !strings.Contains(body, "The newest 100 are shown") {
-		t.Errorf("count and note: %.1500s", body)
+	status, body := e.page("/ui")
+	if status != 200 || !strings.Contains(body, `id="pending-count">105<`) || !strings.Contains(body, "The newest 100 are shown") {
+		t.Errorf("count and note (%d): %.1500s", status, body)
 	}
 	if n := strings.Count(body, `data-approval="apr_p_`); n != 100 {
 		t.Errorf("%d pending requests shown, want 100", n)
@@ -335,4 +319,20 @@ func TestInboxShowsAPageOfPendingAndCountsThemAll(t *testing.T) {
 	if !strings.Contains(body, `data-approval="apr_p_104"`) || strings.Contains(body, `data-approval="apr_p_004"`) {
 		t.Error("not the newest 100 shown")
 	}
+}
+
+// page GETs path of the console (the service runs open, so no session is
+// needed) and returns the status and the page.
+func (e *env) page(path string) (int, string) {
+	e.t.Helper()
+	resp, err := http.Get(e.ts.URL + path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
 }
