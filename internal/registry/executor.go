@@ -501,18 +501,68 @@ func (e *Executor) runTool(ctx context.Context, f *flight, release func()) (any,
 	if f.tool.Nests && f.resumed == nil {
 		// The call holds a slot of the service-wide limit (an approved
 		// call, admitted without one, has none to lend).
-		ctx = context.WithValue(ctx, lentSlotKey{}, make(chan struct{}, 1))
+		lent := &lentSlot{ch: make(chan struct{}, 1)}
+		release = lent.keep(release)
+		ctx = context.WithValue(ctx, lentSlotKey{}, lent)
 	}
 	return e.invoke(ctx, f.tool, f.series, f.req, timeout, release)
 }
 
 // lentSlotKey carries, in the context of a Nests tool's handler, the
-// service-wide slot its call holds, lent to the calls the handler runs: a
-// channel of capacity 1, taken by a send and given back by a receive, as
-// the executor's own slots are. Those calls take it when the service has
-// no slot free, so each such tool always has one slot for its calls
-// however full the service is: at worst they run one at a time on it.
+// service-wide slot its call holds, lent to the calls the handler runs
+// (*lentSlot). Those calls take it when the service has no slot free, so
+// each such tool always has one slot for its calls however full the
+// service is: at worst they run one at a time on it.
 type lentSlotKey struct{}
+
+// lentSlot is a slot lent by a call to the calls its handler runs. ch has
+// capacity 1 and is taken by a send and given back by a receive, as the
+// executor's own slots are. The lender's slots are given back only once
+// the lent one is free: a borrower abandoned at its deadline may run on
+// after the lender has returned, and until it returns it still counts
+// against the service-wide limit through the lender's slot.
+type lentSlot struct {
+	ch      chan struct{}
+	mu      sync.Mutex
+	gone    bool   // the lender's handler has returned
+	release func() // the lender's slots, until given back
+}
+
+// keep wraps release, the lender's, so that it runs once both the
+// lender's handler has returned and the lent slot is free.
+func (l *lentSlot) keep(release func()) func() {
+	l.release = release
+	return func() {
+		l.mu.Lock()
+		l.gone = true
+		select {
+		case l.ch <- struct{}{}:
+			// Free: taken for good, so nothing borrows it from now on.
+		default:
+			// A borrower holds it and gives the lender's slots back.
+			l.mu.Unlock()
+			return
+		}
+		r := l.release
+		l.release = nil
+		l.mu.Unlock()
+		r()
+	}
+}
+
+// giveBack is a borrower's release.
+func (l *lentSlot) giveBack() {
+	l.mu.Lock()
+	<-l.ch
+	var r func()
+	if l.gone {
+		r, l.release = l.release, nil
+	}
+	l.mu.Unlock()
+	if r != nil {
+		r()
+	}
+}
 
 // cut encodes the output, cut to the tool's maxOutputBytes; a cut
 // output is kept whole in the spill store when the service keeps spills.
@@ -588,12 +638,15 @@ func takeSlot(ctx context.Context, slots chan struct{}, borrow bool) (release fu
 	default:
 	}
 	var lent chan struct{} // nil never ready: nothing to borrow
+	var lender *lentSlot
 	if borrow {
-		lent, _ = ctx.Value(lentSlotKey{}).(chan struct{})
+		if lender, _ = ctx.Value(lentSlotKey{}).(*lentSlot); lender != nil {
+			lent = lender.ch
+		}
 	}
 	select {
 	case lent <- struct{}{}:
-		return func() { <-lent }, nil
+		return lender.giveBack, nil
 	default:
 	}
 	wait, _ := ctx.Value(capacityWaitKey{}).(time.Duration)
@@ -606,7 +659,7 @@ func takeSlot(ctx context.Context, slots chan struct{}, borrow bool) (release fu
 	case slots <- struct{}{}:
 		return func() { <-slots }, nil
 	case lent <- struct{}{}:
-		return func() { <-lent }, nil
+		return lender.giveBack, nil
 	case <-t.C:
 		return nil, ErrOverloaded
 	case <-ctx.Done():

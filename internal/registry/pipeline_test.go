@@ -426,3 +426,50 @@ func TestBatchAnswersRefusedCallsInTheirSlots(t *testing.T) {
 		t.Errorf("the tool ran %d times, want 2", runs.Load())
 	}
 }
+
+// A call that lends its slot to the calls it runs (Tool.Nests) gives that
+// slot back only once a borrower abandoned at its deadline has returned:
+// until then the borrower still runs and counts against the limit.
+func TestAbandonedBorrowerKeepsTheLendersSlot(t *testing.T) {
+	unblock := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(unblock) }) }
+	defer free()
+	var e *registry.Executor
+	nest := &registry.Tool{
+		Definition: registry.Definition{Name: "test__nest", Description: "Runs test__stuck.", Tier: registry.ReadOnly, Parameters: object, Timeout: 10 * time.Second},
+		Nests:      true,
+		Handler: registry.Func(func(ctx context.Context, _ *registry.Request) (any, error) {
+			res, err := e.Execute(ctx, registry.Anonymous(), &registry.Call{ToolName: "test__stuck"})
+			if err != nil {
+				return nil, err
+			}
+			return res.Code(), nil
+		}),
+	}
+	other := &registry.Tool{
+		Definition: registry.Definition{Name: "test__other", Description: "Answers.", Tier: registry.ReadOnly, Parameters: object},
+		Handler:    registry.Func(func(context.Context, *registry.Request) (any, error) { return "ok", nil }),
+	}
+	e = registry.NewExecutor(registry.Options{Registry: newRegistry(t, nest, other, stuckTool("test__stuck", registry.ReadOnly, unblock)), MaxConcurrency: 1})
+	res, err := e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolName: "test__nest"})
+	if err != nil || res.Status != registry.StatusOK || string(res.Output) != `"`+string(registry.CodeTimeout)+`"` {
+		t.Fatalf("the lender: %v %+v %s", err, res, res.Output)
+	}
+	// The lender has returned; its borrower runs on, abandoned.
+	if _, err := e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolName: "test__other"}); !errors.Is(err, registry.ErrOverloaded) {
+		t.Fatalf("a call while the abandoned borrower runs on a service with one slot: %v, want ErrOverloaded", err)
+	}
+	free()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolName: "test__other"})
+		if err == nil && res.Status == registry.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot did not come back after the borrower returned: %v %+v", err, res)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
