@@ -215,17 +215,14 @@ func (s *Server) admitCall(next http.Handler) http.Handler {
 // a body readBody takes at once.
 func (s *Server) readAhead(w http.ResponseWriter, r *http.Request) *readBodyAhead {
 	rc := http.NewResponseController(w)
-	s.uploadsMu.Lock()
+	// Registered first, then checked: Drain sets draining before it cuts
+	// what is registered, so a read either is cut or sees draining.
+	s.uploads.Store(rc, struct{}{})
+	defer s.uploads.Delete(rc)
 	if s.draining.Load() {
-		s.uploadsMu.Unlock()
 		return &readBodyAhead{limit: s.deps.Limits.MaxRequestBytes, err: errDraining}
 	}
-	s.uploads[rc] = struct{}{}
-	s.uploadsMu.Unlock()
 	body, err := readBody(w, r, s.deps.Limits.MaxRequestBytes)
-	s.uploadsMu.Lock()
-	delete(s.uploads, rc)
-	s.uploadsMu.Unlock()
 	// The original body is left to net/http, which drains or drops what
 	// is left of it after the handler.
 	return &readBodyAhead{limit: s.deps.Limits.MaxRequestBytes, body: body, err: err}
@@ -261,9 +258,7 @@ func (b *readBodyAhead) Close() error { return nil }
 // cutUploads makes the reads of the bodies admitCall is reading fail now.
 // The caller has set draining first, so no new reads start afterwards.
 func (s *Server) cutUploads() {
-	s.uploadsMu.Lock()
-	defer s.uploadsMu.Unlock()
-	for rc := range s.uploads {
-		_ = rc.SetReadDeadline(time.Now())
+	for rc := range s.uploads.Range {
+		_ = rc.(*http.ResponseController).SetReadDeadline(time.Now())
 	}
 }
