@@ -90,6 +90,6 @@ func (a *Approval) Binds(toolName string, arguments json.RawMessage, maxDepth in
 	if a == nil || toolName != a.ToolName {
 		return false
 	}
-	_, v, derr := decodeArguments(arguments, maxDepth)
+	_, v, derr := decodeArguments(arguments, maxDepth, nil)
 	return derr == nil && ArgumentsDigest(v) == a.ArgumentsDigest
 }

@@ -9,7 +9,7 @@ import (
 // whatever its key order and spacing; another tool, other arguments or
 // arguments nested past the bound do not.
 func TestApprovalBinds(t *testing.T) {
-	_, v, derr := decodeArguments(json.RawMessage(`{"path":"notes/a.txt","content":"x","n":1.50}`), 0)
+	_, v, derr := decodeArguments(json.RawMessage(`{"path":"notes/a.txt","content":"x","n":1.50}`), 0, nil)
 	if derr != nil {
 		t.Fatal(derr)
 	}

@@ -85,7 +85,7 @@ func BenchmarkValidate(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_, v, derr := decodeArguments(raw, 64)
+				_, v, derr := decodeArguments(raw, 64, nil)
 				if derr != nil {
 					b.Fatal(derr)
 				}
@@ -99,7 +99,7 @@ func BenchmarkValidate(b *testing.B) {
 
 // BenchmarkArgumentsDigest is the canonical digest of decoded arguments.
 func BenchmarkArgumentsDigest(b *testing.B) {
-	_, v, derr := decodeArguments(json.RawMessage(`{"path":"notes/today.md","limit":3,"mode":"a","items":[1,2,3]}`), 64)
+	_, v, derr := decodeArguments(json.RawMessage(`{"path":"notes/today.md","limit":3,"mode":"a","items":[1,2,3]}`), 64, nil)
 	if derr != nil {
 		b.Fatal(derr)
 	}

@@ -127,6 +127,9 @@ type Executor struct {
 	tracing bool
 	// answers recycles the channels handlers answer on.
 	answers sync.Pool
+	// jsonCheck checks arguments, and the outputs toolsvc does not write
+	// itself, for I-JSON.
+	jsonCheck jsonChecker
 	// runners run the handlers.
 	runners  *runners
 	maxDepth int
@@ -368,7 +371,7 @@ func (e *Executor) checkCatalog(f *flight) error {
 // since the call was filed).
 func (e *Executor) decode(ctx context.Context, f *flight) error {
 	span := trace.SpanFromContext(ctx)
-	args, value, derr := decodeArguments(f.call.Arguments, e.maxDepth)
+	args, value, derr := decodeArguments(f.call.Arguments, e.maxDepth, &e.jsonCheck)
 	if derr != nil {
 		span.AddEvent("validation_failed")
 		derr.Suggestion = f.tool.suggestion()
@@ -940,7 +943,10 @@ func (e *Executor) observe(ctx context.Context, span trace.Span, f *flight, elap
 
 // decodeArguments accepts an object, a string holding one, or nothing
 // (an empty object). It returns the object's JSON and its decoded value.
-func decodeArguments(raw json.RawMessage, maxDepth int) (json.RawMessage, any, *Error) {
+// The object must be I-JSON (c checks it): arguments that parsers read
+// differently, such as a member sent twice, would show a person
+// approving the call one value and give the tool another.
+func decodeArguments(raw json.RawMessage, maxDepth int, c *jsonChecker) (json.RawMessage, any, *Error) {
 	raw = bytes.TrimSpace(raw)
 	if !utf8.Valid(raw) {
 		// Decoding would turn the bad bytes into U+FFFD for validation and
@@ -971,6 +977,9 @@ func decodeArguments(raw json.RawMessage, maxDepth int) (json.RawMessage, any, *
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, nil, &Error{Code: CodeInvalidArguments, Message: "arguments are not valid JSON: " + err.Error()}
+	}
+	if err := c.interoperable(raw); err != nil {
+		return nil, nil, &Error{Code: CodeInvalidArguments, Message: "arguments are not interoperable JSON (RFC 7493): " + err.Error()}
 	}
 	return raw, v, nil
 }

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -14,6 +15,21 @@ import (
 func (e *Executor) encodeResult(ctx context.Context, tool *Tool, req *Request, out any, res *Result) error {
 	mark := func(full string, kept int, total, omitted int64) string {
 		return e.spillCut(ctx, req, full, kept, total, omitted)
+	}
+	if raw, ok := out.(json.RawMessage); ok && tool.Type != "builtin" {
+		// What exec, HTTP and MCP tools write reaches every client: JSON
+		// that parsers read differently (or not at all) is passed on as
+		// the text it is, or refused where an output schema promises an
+		// object.
+		if err := e.jsonCheck.interoperable(raw); err != nil && json.Valid(raw) {
+			if tool.output != nil {
+				return e.faultyOutput(ctx, tool, outputError(tool, []Detail{{Message: "output is not interoperable JSON (RFC 7493): " + err.Error()}}))
+			}
+			if e.log != nil {
+				e.log.WarnContext(ctx, "tool output is not interoperable JSON (RFC 7493); passed on as text", "tool", tool.Name, "type", tool.Type, "source", tool.Source, "error", err.Error())
+			}
+			out = string(raw)
+		}
 	}
 	raw, truncated, original, err := encodeOutputMark(out, tool.MaxOutputBytes, mark)
 	if err != nil {

@@ -39,12 +39,18 @@ func (e *Executor) checkOutput(ctx context.Context, t *Tool, raw json.RawMessage
 		return nil
 	}
 	if err := outputMismatch(t, raw); err != nil {
-		if e.log != nil {
-			e.log.ErrorContext(ctx, "tool bug: output does not match the output schema", "tool", t.Name, "type", t.Type, "source", t.Source, "error", err.Message)
-		}
-		return err
+		return e.faultyOutput(ctx, t, err)
 	}
 	return nil
+}
+
+// faultyOutput logs err, the fault of t's output, as a tool bug and
+// returns it.
+func (e *Executor) faultyOutput(ctx context.Context, t *Tool, err *Error) error {
+	if e.log != nil {
+		e.log.ErrorContext(ctx, "tool bug: output does not match the output schema", "tool", t.Name, "type", t.Type, "source", t.Source, "error", err.Message)
+	}
+	return err
 }
 
 // outputMismatch returns the E_TOOL error of an output that breaks t's

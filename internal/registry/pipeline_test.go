@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -471,5 +472,55 @@ func TestAbandonedBorrowerKeepsTheLendersSlot(t *testing.T) {
 			t.Fatalf("the slot did not come back after the borrower returned: %v %+v", err, res)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// What an exec, HTTP or MCP tool writes reaches every client. JSON that
+// parsers read differently or not at all (RFC 7493's I-JSON is what they
+// read alike) is passed on as the text it is, so that every client can
+// read the result; a tool that declares an output schema is faulty.
+func TestOutputThatParsersReadDifferentlyIsText(t *testing.T) {
+	outputs := map[string]string{
+		"dup":       `{"a":1,"a":2}`,
+		"overflow":  `{"a":1e999999}`,
+		"surrogate": `{"a":"\ud800"}`,
+		"utf8":      "{\"a\":\"\xff\"}",
+	}
+	emit := registry.Func(func(_ context.Context, r *registry.Request) (any, error) {
+		var args struct{ Mode string }
+		if err := r.Bind(&args); err != nil {
+			return nil, err
+		}
+		return json.RawMessage(outputs[args.Mode]), nil
+	})
+	plain := &registry.Tool{Definition: registry.Definition{Name: "test__emit", Description: "Emits.", Tier: registry.ReadOnly, Parameters: object, Type: "exec"}, Handler: emit}
+	shaped := &registry.Tool{Definition: registry.Definition{Name: "test__shaped", Description: "Emits.", Tier: registry.ReadOnly, Parameters: object, Type: "exec",
+		OutputSchema: json.RawMessage(`{"type":"object"}`)}, Handler: emit}
+	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, plain, shaped)})
+	for mode, out := range outputs {
+		args := json.RawMessage(`{"mode":"` + mode + `"}`)
+		res, err := e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolName: "test__emit", Arguments: args})
+		if err != nil || res.Status != registry.StatusOK {
+			t.Fatalf("%s: %v %+v", mode, err, res)
+		}
+		var text string
+		if err := json.Unmarshal(res.Output, &text); err != nil || !utf8.Valid(res.Output) || text != strings.ToValidUTF8(out, "\uFFFD") {
+			t.Errorf("%s: output %q, want the tool's text %q as a JSON string (%v)", mode, res.Output, out, err)
+		}
+		whole, _ := json.Marshal(res)
+		var back map[string]any
+		if err := json.Unmarshal(whole, &back); err != nil {
+			t.Errorf("%s: a Go client cannot read the result %s: %v", mode, whole, err)
+		}
+		res, err = e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolName: "test__shaped", Arguments: args})
+		if err != nil || res.Code() != registry.CodeTool || !strings.Contains(res.Error.Message, "not interoperable JSON") {
+			t.Errorf("%s with an output schema: %v %+v", mode, err, res.Error)
+		}
+	}
+	// JSON every parser reads alike stays structured.
+	outputs["fine"] = `{"a":{"b":1},"c":{"b":2},"d":"\ud83d\ude00","e":123456789012345678901234567890}`
+	res, err := e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolName: "test__shaped", Arguments: json.RawMessage(`{"mode":"fine"}`)})
+	if err != nil || res.Status != registry.StatusOK || string(res.Output) != outputs["fine"] {
+		t.Errorf("I-JSON output: %v %+v %s", err, res.Error, res.Output)
 	}
 }
