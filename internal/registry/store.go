@@ -223,7 +223,8 @@ type AuditFilter struct {
 }
 
 // Store is the durable state of the service: call records (idempotency and
-// results), approval requests and the audit trail. The embedded store
+// results), approval requests, the audit trail and the console's
+// signed-out sessions. The embedded store
 // serves one process; the PostgreSQL store is shared by replicas. Every
 // method is safe for concurrent use, and every state change that races
 // (BeginCall, FinishCall, DecideApproval, expiry, interruption) happens
@@ -336,10 +337,23 @@ type Store interface {
 
 	// DeleteExpired deletes what retention no longer keeps: done calls last
 	// updated before before, pending calls and requests that expired before
-	// it, decided or expired requests last updated before it, and audit
-	// entries older than it. Running calls are never deleted. It returns
-	// how many rows it deleted.
+	// it, decided or expired requests last updated before it, audit
+	// entries older than it, and session revocations whose until is before
+	// it. Running calls are never deleted. It returns how many rows it
+	// deleted.
 	DeleteExpired(ctx context.Context, before time.Time) (int64, error)
+
+	// RevokeSession records that the console session id was signed out,
+	// for every store sharing the data: SessionRevoked reports it from the
+	// moment RevokeSession returns nil. id names the session without
+	// being usable as one (the console passes a digest of the session's
+	// nonce); until is when the session would end by itself, after which
+	// retention may forget it (DeleteExpired). Revoking an id again keeps
+	// the later until.
+	RevokeSession(ctx context.Context, id string, until time.Time) error
+	// SessionRevoked reports whether RevokeSession recorded id (and
+	// retention has not yet deleted it).
+	SessionRevoked(ctx context.Context, id string) (bool, error)
 
 	// Ping checks that the store answers (for /readyz).
 	Ping(ctx context.Context) error

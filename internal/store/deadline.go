@@ -183,6 +183,18 @@ func (t *deadlined) DeleteExpired(ctx context.Context, before time.Time) (int64,
 	return t.s.DeleteExpired(ctx, before)
 }
 
+func (t *deadlined) RevokeSession(ctx context.Context, id string, until time.Time) error {
+	ctx, cancel := t.ctx(ctx)
+	defer cancel()
+	return t.s.RevokeSession(ctx, id, until)
+}
+
+func (t *deadlined) SessionRevoked(ctx context.Context, id string) (bool, error) {
+	ctx, cancel := t.ctx(ctx)
+	defer cancel()
+	return t.s.SessionRevoked(ctx, id)
+}
+
 func (t *deadlined) Ping(ctx context.Context) error {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()

@@ -130,8 +130,10 @@ func (c *Console) Routes(r chi.Router) {
 			r.Get("/ui/calls", c.handleCalls)
 			r.Get("/ui/calls/{toolCallId}", c.handleCall)
 			r.Get("/ui/catalog", c.handleCatalog)
-			r.With(c.checkPost).Post("/ui/signout", c.handleSignOut)
 		})
+		// Signing out works while the store is down: the cookie is
+		// cleared, and the page says the session lives on elsewhere.
+		r.With(c.signedInOrUnchecked, c.checkPost).Post("/ui/signout", c.handleSignOut)
 	})
 }
 
@@ -173,24 +175,84 @@ type view struct {
 	Data       any
 }
 
-// session reads the request's session, or starts one (not signed in) and
-// sets its cookie.
-func (c *Console) session(w http.ResponseWriter, r *http.Request) session {
-	if ck, err := r.Cookie(cookieName); err == nil {
-		if v, ok := c.seal.open(ck.Value, c.o.Now()); ok {
-			return v
-		}
+// opened is the request's session, when its cookie opens and the session
+// was not signed out (on this replica or another). err says the store
+// could not tell whether it was (v is then the session the cookie holds,
+// and ok false): the caller refuses the request, bar a sign-out.
+func (c *Console) opened(r *http.Request) (v session, ok bool, err error) {
+	ck, err := r.Cookie(cookieName)
+	if err != nil {
+		return session{}, false, nil
 	}
-	v := session{Nonce: newNonce(), Expires: c.o.Now().Add(c.o.SessionTTL).Unix()}
+	if v, ok = c.seal.open(ck.Value, c.o.Now()); !ok {
+		return session{}, false, nil
+	}
+	revoked, err := c.revoked(r.Context(), v)
+	if err != nil {
+		return v, false, err
+	}
+	return v, !revoked, nil
+}
+
+// revoked reports whether v was signed out. A session without a token
+// (nobody signed in) grants nothing and is never recorded, so only signed-in
+// sessions cost a read of the store. Without a store nothing was ever
+// recorded.
+func (c *Console) revoked(ctx context.Context, v session) (bool, error) {
+	st := c.o.Executor.Store()
+	if v.Token == "" || st == nil {
+		return false, nil
+	}
+	return st.SessionRevoked(ctx, v.id())
+}
+
+// session reads the request's session, or starts one (not signed in) and
+// sets its cookie; a session that was signed out is replaced so. err says
+// the store could not tell whether the session was signed out (the
+// session returned is then the cookie's, unchecked).
+func (c *Console) session(w http.ResponseWriter, r *http.Request) (session, error) {
+	v, ok, err := c.opened(r)
+	if err != nil {
+		return v, err
+	}
+	if ok {
+		return v, nil
+	}
+	v = session{Nonce: newNonce(), Expires: c.o.Now().Add(c.o.SessionTTL).Unix()}
 	c.setCookie(w, r, v)
-	return v
+	return v, nil
+}
+
+// sessionUnchecked answers a request whose session could not be checked
+// against the signed-out sessions: refused, never let through unchecked.
+func (c *Console) sessionUnchecked(w http.ResponseWriter, r *http.Request, err error) {
+	c.o.Logger.ErrorContext(r.Context(), "console: checking the session", "error", err)
+	c.fail(w, r, http.StatusServiceUnavailable,
+		"Your session cannot be checked right now: the call store, which records signed-out sessions, is not answering. Try again shortly.")
 }
 
 // signedIn resolves the session's token to a caller the way the API does,
 // or sends the person to sign in.
-func (c *Console) signedIn(next http.Handler) http.Handler {
+func (c *Console) signedIn(next http.Handler) http.Handler { return c.requireSignIn(next, false) }
+
+// signedInOrUnchecked is signedIn for sign-out, which goes on when the
+// store cannot tell whether the session was signed out already: signing
+// it out again does no harm, and the person learns that the store did
+// not take it.
+func (c *Console) signedInOrUnchecked(next http.Handler) http.Handler {
+	return c.requireSignIn(next, true)
+}
+
+func (c *Console) requireSignIn(next http.Handler, unchecked bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v := c.session(w, r)
+		v, err := c.session(w, r)
+		if err != nil {
+			if !unchecked {
+				c.sessionUnchecked(w, r, err)
+				return
+			}
+			c.o.Logger.WarnContext(r.Context(), "console: signing out a session the store could not check", "error", err)
+		}
 		var caller *registry.Caller
 		if c.o.Authenticate == nil {
 			caller = registry.Anonymous()
@@ -217,20 +279,42 @@ func (c *Console) signedIn(next http.Handler) http.Handler {
 	})
 }
 
-// checkPost refuses cross-site posts (Sec-Fetch-Site or Origin) and posts
-// without the session's CSRF token.
+// maxForm bounds the body of a console form; the largest, a decision
+// with its reason, is a few KiB.
+const maxForm = 64 << 10
+
+// checkPost refuses cross-site posts (Sec-Fetch-Site or Origin), bodies
+// over maxForm, and posts without the session's CSRF token.
 func (c *Console) checkPost(next http.Handler) http.Handler {
+	tooLarge := func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("This form is larger than %d KiB, more than any console form can be, so it was refused.", maxForm>>10))
+	}
 	return c.cross.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		// Refused before the first read of the body: that read is what
+		// answers "100 Continue" to a client that asked, inviting the
+		// upload.
+		if r.ContentLength > maxForm {
+			tooLarge(w, r)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 		if err := r.ParseForm(); err != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				tooLarge(w, r)
+				return
+			}
 			c.fail(w, r, http.StatusBadRequest, "The form could not be read.")
 			return
 		}
-		ck, err := r.Cookie(cookieName)
-		var v session
-		ok := err == nil
-		if ok {
-			v, ok = c.seal.open(ck.Value, c.o.Now())
+		// signedIn has read and checked the session of the routes it
+		// guards; sign-in's own post is checked here.
+		v, ok := r.Context().Value(sessionKey).(session)
+		if !ok {
+			var err error
+			if v, ok, err = c.opened(r); err != nil {
+				c.sessionUnchecked(w, r, err)
+				return
+			}
 		}
 		if !ok || !hmac.Equal([]byte(r.PostForm.Get("csrf")), []byte(c.seal.csrf(v))) {
 			c.fail(w, r, http.StatusForbidden, "This form has expired or did not come from this console; reload the page and try again.")
@@ -306,7 +390,11 @@ func (c *Console) handleSignInPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui", http.StatusSeeOther)
 		return
 	}
-	v := c.session(w, r)
+	v, err := c.session(w, r)
+	if err != nil {
+		c.sessionUnchecked(w, r, err)
+		return
+	}
 	ctx := context.WithValue(r.Context(), sessionKey, v)
 	c.render(w, r, http.StatusOK, "signin", c.view(r.WithContext(ctx), "Sign in", "", map[string]string{"Next": safeNext(r.URL.Query().Get("next"))}))
 }
@@ -351,7 +439,36 @@ func (c *Console) handleSignIn(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// handleSignOut ends the session: in this browser by clearing its cookie,
+// and everywhere by recording it in the store as signed out, so that a
+// copy of the cookie is refused by every replica. When the store does not
+// take the record, the person is told that the session lives on, and till
+// when.
 func (c *Console) handleSignOut(w http.ResponseWriter, r *http.Request) {
+	v, _ := r.Context().Value(sessionKey).(session)
 	c.clearCookie(w, r)
+	if v.Token == "" { // open mode: nobody signed in
+		http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
+		return
+	}
+	until := time.Unix(v.Expires, 0)
+	err := registry.ErrNoStore
+	if st := c.o.Executor.Store(); st != nil {
+		// Recorded even when the browser leaves at once (a tab closed
+		// after the click); the store's deadline bounds it.
+		err = st.RevokeSession(context.WithoutCancel(r.Context()), v.id(), until)
+	}
+	if err != nil {
+		c.o.Logger.ErrorContext(r.Context(), "console: sign-out could not be recorded; the session stays valid until it expires",
+			"caller", callerOf(r).ID, "until", until.UTC(), "error", err)
+		// The page of someone no longer signed in here: no caller, no
+		// sign-out button.
+		ctx := context.WithValue(r.Context(), callerKey, (*registry.Caller)(nil))
+		c.fail(w, r.WithContext(ctx), http.StatusServiceUnavailable, fmt.Sprintf(
+			"This browser no longer holds your session, but the session could not be ended on the server: "+
+				"the call store did not take the record. A copy of its cookie stays valid until %s. "+
+				"If a copy may be in other hands, have the token you signed in with revoked.", when(until)))
+		return
+	}
 	http.Redirect(w, r, "/ui/signin", http.StatusSeeOther)
 }

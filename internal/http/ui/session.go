@@ -18,7 +18,9 @@ import (
 // AES-GCM under the console key: the bearer token the person signed in
 // with (resolved again on every request, so a revoked key or an expired
 // JWT ends the session), a random nonce the CSRF token is derived from,
-// and an expiry.
+// and an expiry. Signing out records the session as revoked in the store
+// (see session.id), which every replica checks, so a copy of the cookie
+// ends with it.
 const cookieName = "toolsvc_console"
 
 // maxTokenBytes keeps the sealed cookie under browsers' 4 KB limit.
@@ -83,6 +85,14 @@ func (s *sealer) csrf(v session) string {
 	m := hmac.New(sha256.New, s.mac)
 	m.Write([]byte(v.Nonce))
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// id names v in the store's record of signed-out sessions: a digest of
+// its nonce, so that nothing the store holds is of use as a session or a
+// CSRF token.
+func (v session) id() string {
+	sum := sha256.Sum256([]byte("toolsvc console session\x00" + v.Nonce))
+	return hex.EncodeToString(sum[:])
 }
 
 func newNonce() string {

@@ -910,6 +910,7 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time) (int64, err
 			`DELETE FROM calls WHERE (state = 'done' AND updated_at < $1) OR (state = 'pending_approval' AND expires_at < $1)`,
 			`DELETE FROM approvals WHERE (status <> 'pending' AND updated_at < $1) OR (status = 'pending' AND expires_at < $1)`,
 			`DELETE FROM audit WHERE time < $1`,
+			`DELETE FROM revoked_sessions WHERE expires_at < $1`,
 		} {
 			tag, err := tx.Exec(ctx, q, before)
 			if err != nil {
@@ -920,6 +921,17 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time) (int64, err
 		return nil
 	})
 	return total, err
+}
+
+// RevokeSession implements registry.Store. Every replica reads the row
+// it writes.
+func (s *Store) RevokeSession(ctx context.Context, id string, until time.Time) error {
+	return s.sql.RevokeSession(ctx, id, until)
+}
+
+// SessionRevoked implements registry.Store.
+func (s *Store) SessionRevoked(ctx context.Context, id string) (bool, error) {
+	return s.sql.SessionRevoked(ctx, id)
 }
 
 // Ping implements registry.Store.

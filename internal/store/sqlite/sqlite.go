@@ -686,6 +686,7 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time) (int64, err
 		`DELETE FROM approvals WHERE id IN (SELECT id FROM approvals
 			WHERE (status <> 'pending' AND updated_at < ?1) OR (status = 'pending' AND expires_at < ?1) LIMIT ?2)`,
 		`DELETE FROM audit WHERE id IN (SELECT id FROM audit WHERE time < ?1 LIMIT ?2)`,
+		`DELETE FROM revoked_sessions WHERE id IN (SELECT id FROM revoked_sessions WHERE expires_at < ?1 LIMIT ?2)`,
 	} {
 		for {
 			r, err := s.w.ExecContext(ctx, q, b, expireBatch)
@@ -700,6 +701,16 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time) (int64, err
 		}
 	}
 	return total, nil
+}
+
+// RevokeSession implements registry.Store.
+func (s *Store) RevokeSession(ctx context.Context, id string, until time.Time) error {
+	return s.sql.RevokeSession(ctx, id, until)
+}
+
+// SessionRevoked implements registry.Store.
+func (s *Store) SessionRevoked(ctx context.Context, id string) (bool, error) {
+	return s.sql.SessionRevoked(ctx, id)
 }
 
 // probeHeadroom is how many bytes the readiness write needs: a volume

@@ -67,6 +67,7 @@ func Run(t *testing.T, open func(t *testing.T) registry.Store) {
 		{"Audit", testAudit},
 		{"DeleteExpired", testDeleteExpired},
 		{"InterruptRunningSparesOwnCalls", testInterruptOwn},
+		{"RevokeSession", testRevokeSession},
 		{"ConcurrentWrites", RunConcurrentWrites},
 		{"Ping", func(t *testing.T, s registry.Store) {
 			if err := s.Ping(t.Context()); err != nil {
@@ -132,6 +133,9 @@ func RunRestart(t *testing.T, newDB func(t *testing.T) SharedOpener) {
 	if err := a.AppendAudit(ctx, audit); err != nil {
 		t.Fatal(err)
 	}
+	if err := a.RevokeSession(ctx, "signed-out", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -171,6 +175,9 @@ func RunRestart(t *testing.T, newDB func(t *testing.T) SharedOpener) {
 	}
 	if n, err := b.InterruptRunning(ctx); err != nil || n != 0 {
 		t.Errorf("second InterruptRunning = %d, %v; want 0", n, err)
+	}
+	if revoked, err := b.SessionRevoked(ctx, "signed-out"); err != nil || !revoked {
+		t.Errorf("a session signed out before the restart: revoked = %v, %v; want true", revoked, err)
 	}
 }
 
@@ -264,6 +271,21 @@ func RunReplicas(t *testing.T, newDB func(t *testing.T) SharedOpener) {
 				t.Fatalf("lease never renewed: still expires at %v", rec.ExpiresAt)
 			}
 			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	t.Run("SessionRevokedAcrossStores", func(t *testing.T) {
+		open := newDB(t)
+		a, b := open(t, OpenOptions{}), open(t, OpenOptions{})
+		ctx := t.Context()
+		if revoked, err := b.SessionRevoked(ctx, "sess-x"); err != nil || revoked {
+			t.Fatalf("before sign-out: revoked = %v, %v; want false", revoked, err)
+		}
+		if err := a.RevokeSession(ctx, "sess-x", time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		// At once, on the other store: the next request may reach it.
+		if revoked, err := b.SessionRevoked(ctx, "sess-x"); err != nil || !revoked {
+			t.Fatalf("a session revoked through one store reads revoked = %v, %v on another; want true", revoked, err)
 		}
 	})
 	t.Run("WaitAcrossStores", func(t *testing.T) {
@@ -1418,6 +1440,59 @@ func testDeleteExpired(t *testing.T, s registry.Store) {
 	}
 	// A deleted key can be used again.
 	mustBegin(t, s, done, true)
+}
+
+// testRevokeSession: a revoked session reads revoked until retention
+// passes the later of its untils; nothing else does.
+func testRevokeSession(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	now := time.Now()
+	revoked := func(id string) bool {
+		t.Helper()
+		ok, err := s.SessionRevoked(ctx, id)
+		if err != nil {
+			t.Fatalf("SessionRevoked(%q): %v", id, err)
+		}
+		return ok
+	}
+	if revoked("sess-a") {
+		t.Fatal("a session nobody revoked reads revoked")
+	}
+	if err := s.RevokeSession(ctx, "sess-a", now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if !revoked("sess-a") {
+		t.Fatal("a revoked session does not read revoked")
+	}
+	if revoked("sess-b") || revoked("sess-") || revoked("SESS-A") {
+		t.Error("revoking one session revoked another")
+	}
+	// Revoked again with an earlier until: the later one stands.
+	if err := s.RevokeSession(ctx, "sess-a", now.Add(-3*time.Hour)); err != nil {
+		t.Fatalf("revoking a session again: %v", err)
+	}
+	if err := s.RevokeSession(ctx, "sess-old", now.Add(-2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.DeleteExpired(ctx, now.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || revoked("sess-old") {
+		t.Errorf("DeleteExpired deleted %d rows, sess-old revoked = %v; want 1 row, the revocation past its until gone", n, revoked("sess-old"))
+	}
+	if !revoked("sess-a") {
+		t.Error("retention forgot a revocation whose later until is still ahead")
+	}
+	if err := s.RevokeSession(ctx, "", now.Add(time.Hour)); err == nil {
+		t.Error("RevokeSession accepted an empty id")
+	}
+	if err := s.RevokeSession(ctx, "sess-c", time.Time{}); err == nil {
+		t.Error("RevokeSession accepted a revocation without an until")
+	}
+	if ok, err := s.SessionRevoked(ctx, "sess\x00a"); err != nil || ok {
+		t.Errorf("SessionRevoked of an id with NUL = %v, %v; want false, nil", ok, err)
+	}
 }
 
 func testInterruptOwn(t *testing.T, s registry.Store) {
