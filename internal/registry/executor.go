@@ -733,7 +733,7 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, series *toolSeries, r
 		// The handler has answered and sends nothing more.
 		e.answers.Put(done)
 		if o.err != nil && tctx.Err() != nil && ctx.Err() == nil && errors.Is(tctx.Err(), context.DeadlineExceeded) {
-			return nil, timeoutError(tool, timeout)
+			return nil, timedOut(tool, timeout, o.err)
 		}
 		if o.err != nil && ctx.Err() != nil {
 			return nil, canceledError(ctx)
@@ -745,9 +745,11 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, series *toolSeries, r
 		grace := time.NewTimer(abandonGrace)
 		defer grace.Stop()
 		abandoned := false
+		var late error // what a handler that returned in the grace said
 		select {
-		case <-done:
+		case o := <-done:
 			e.answers.Put(done)
+			late = o.err
 		case <-grace.C:
 			if fate.CompareAndSwap(handlerRunning, handlerAbandoned) {
 				abandoned = true
@@ -767,8 +769,20 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, series *toolSeries, r
 		if abandoned {
 			return nil, abandonedError(tool, timeout)
 		}
-		return nil, timeoutError(tool, timeout)
+		return nil, timedOut(tool, timeout, late)
 	}
+}
+
+// timedOut is the error of a call whose handler returned err at or after
+// its deadline: the handler's own E_TIMEOUT when it gave one (it may know
+// why better, as a bridge to a server that was overloaded does), else
+// timeoutError.
+func timedOut(tool *Tool, timeout time.Duration, err error) error {
+	var own *Error
+	if errors.As(err, &own) && own.Code == CodeTimeout && own.Message != "" {
+		return own
+	}
+	return timeoutError(tool, timeout)
 }
 
 // The fates of a handler goroutine.

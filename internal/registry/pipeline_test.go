@@ -524,3 +524,31 @@ func TestOutputThatParsersReadDifferentlyIsText(t *testing.T) {
 		t.Errorf("I-JSON output: %v %+v %s", err, res.Error, res.Output)
 	}
 }
+
+// A handler that returns its own E_TIMEOUT at its deadline knows better
+// why the time ran out (a bridge to an overloaded server does): its
+// account is kept. Any other error at the deadline is the executor's.
+func TestOwnTimeoutAccountIsKept(t *testing.T) {
+	own := &registry.Error{Code: registry.CodeTimeout, Message: "server x is overloaded", Suggestion: "Try again later."}
+	for _, late := range []time.Duration{0, 100 * time.Millisecond} {
+		tool := func(name string, err error) *registry.Tool {
+			return &registry.Tool{
+				Definition: registry.Definition{Name: name, Description: "Waits.", Tier: registry.ReadOnly, Parameters: object, Timeout: 50 * time.Millisecond},
+				Handler: registry.Func(func(ctx context.Context, _ *registry.Request) (any, error) {
+					<-ctx.Done()
+					time.Sleep(late) // within the grace, or not at all
+					return nil, err
+				}),
+			}
+		}
+		e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, tool("test__own", own), tool("test__plain", context.DeadlineExceeded))})
+		res, err := e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolName: "test__own"})
+		if err != nil || res.Code() != registry.CodeTimeout || res.Error.Message != own.Message || res.Error.Suggestion != own.Suggestion {
+			t.Errorf("returned %s after the deadline with its own E_TIMEOUT: %v %+v", late, err, res.Error)
+		}
+		res, err = e.Execute(t.Context(), registry.Anonymous(), &registry.Call{ToolName: "test__plain"})
+		if err != nil || res.Code() != registry.CodeTimeout || !strings.Contains(res.Error.Message, "did not finish within") {
+			t.Errorf("returned %s after the deadline with the context's error: %v %+v", late, err, res.Error)
+		}
+	}
+}
