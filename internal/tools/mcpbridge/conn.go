@@ -62,6 +62,9 @@ type conn struct {
 	calls     sync.WaitGroup
 	// renamed holds the name mappings of the latest listing, already logged.
 	renamed map[string]string
+	// cutsLogged names the listing and bound whose cut descriptions were
+	// logged last.
+	cutsLogged string
 }
 
 func newConn(m *Manager, s *Server) *conn {

@@ -54,9 +54,26 @@ type Spec struct {
 	MaxOutputBytes    int           `yaml:"maxOutputBytes"`
 	ErrorMessageLimit int           `yaml:"errorMessageLimit"`
 	Tags              []string      `yaml:"tags"`
+	// MaxDescriptionBytes bounds the description (and the title) of each
+	// of the server's tools as toolsvc serves it; a longer one is cut on a
+	// character boundary and marked. 0 is DefaultMaxDescriptionBytes.
+	MaxDescriptionBytes int `yaml:"maxDescriptionBytes"`
 	// Tools overrides settings per tool, by the server's tool name.
 	Tools map[string]ToolOverride `yaml:"tools"`
 }
+
+// DefaultMaxDescriptionBytes bounds the description of an imported tool
+// unless its server's maxDescriptionBytes says otherwise. The server
+// chooses the text, and it goes, for every tool the server lists, into
+// every catalog fetch (GET /tools in every format, /mcp) and, through the
+// gateway, into every prompt that offers the tool: OpenAI and Anthropic
+// put tool definitions in the model's context, where they cost tokens on
+// every turn. Only the 16 MiB bound on a whole listing bounded it: one
+// tool's 4 MiB description made every catalog 4 MiB. 8 KiB is about
+// 2,000 tokens, six times the longest description of a built-in tool
+// (shell__exec's, 1.4 KiB): room for a careful description with
+// examples. A server that needs more can be given more.
+const DefaultMaxDescriptionBytes = 8 << 10
 
 // StdioSpec starts the server as a child process speaking MCP on its
 // stdin and stdout.
@@ -192,6 +209,9 @@ func Decode(r *config.Resource, lookup config.LookupEnv) (*Server, error) {
 	for name, o := range spec.Tools {
 		tiers["tools."+name] = o.Tier
 	}
+	if spec.MaxDescriptionBytes < 0 {
+		return nil, r.Errorf("maxDescriptionBytes must not be negative (0 is the default, %d)", DefaultMaxDescriptionBytes)
+	}
 	for where, t := range tiers {
 		if t != "" && !t.Valid() {
 			return nil, r.Errorf("%s.tier: unknown tier %q (want read_only, side_effecting or privileged)", where, t)
@@ -216,6 +236,14 @@ func (s *Server) connectionKey() string {
 	}{s.name, s.command, s.args, s.env, s.dir, s.url, s.headers})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// maxDescription is the bound on each of the server's tools' descriptions.
+func (s *Server) maxDescription() int {
+	if s.spec.MaxDescriptionBytes > 0 {
+		return s.spec.MaxDescriptionBytes
+	}
+	return DefaultMaxDescriptionBytes
 }
 
 // transport names the kind of transport, for status and logs.

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -23,7 +24,7 @@ import (
 // listing of the connection.
 func (c *conn) registryTools(s *Server) []*registry.Tool {
 	c.mu.Lock()
-	listing := c.tools
+	listing, listingHash := c.tools, c.toolsHash
 	c.mu.Unlock()
 	// A server chooses its listing, and may change it every second:
 	// what is logged about one listing is bounded.
@@ -68,10 +69,11 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 		note(slog.LevelInfo, "mcp: tool renamed to fit the naming rule", "tool", remote, "as", registry.JoinName(s.name, names[remote]))
 	}
 	out := make([]*registry.Tool, 0, len(picked))
-	spent, nodes := 0, 0
+	spent, nodes, cut := 0, 0, 0
 	for _, t := range picked {
 		export := names[t.Name]
-		tool, err := definition(s, t, export)
+		tool, texts, err := definition(s, t, export)
+		cut += texts
 		if err == nil {
 			in, out := schemaNodes(tool.Parameters), schemaNodes(tool.OutputSchema)
 			switch work := in*in + out*out; {
@@ -109,7 +111,26 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 		}
 		out = append(out, tool)
 	}
+	if cut > 0 && c.noteCuts(fmt.Sprintf("%s/%d", listingHash, s.maxDescription())) {
+		// One line for the listing, without the texts: they are what is
+		// too long.
+		c.m.log.Warn("mcp: tool descriptions cut", "server", s.name, "descriptions", cut, "maxDescriptionBytes", s.maxDescription())
+	}
 	return out
+}
+
+// noteCuts reports whether the cuts of the listing and bound that key
+// names are not yet logged, and remembers them: the registry is rebuilt
+// whenever any server's tools change, and each rebuild makes every
+// server's tools again.
+func (c *conn) noteCuts(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cutsLogged == key {
+		return false
+	}
+	c.cutsLogged = key
+	return true
 }
 
 // probe reports what the registry would refuse of tool, which must not
@@ -410,14 +431,16 @@ func included(s *Spec, name string) bool {
 	return !registry.MatchAny(s.Exclude, name)
 }
 
-// definition maps one MCP tool onto a registry tool (without handler).
-func definition(s *Server, t *mcp.Tool, export string) (*registry.Tool, error) {
+// definition maps one MCP tool onto a registry tool (without handler),
+// and says how many of its texts (description, title) were cut at the
+// server's maxDescriptionBytes.
+func definition(s *Server, t *mcp.Tool, export string) (*registry.Tool, int, error) {
 	over := s.spec.Tools[t.Name]
 	params := json.RawMessage(`{"type":"object"}`)
 	if t.InputSchema != nil {
 		b, err := json.Marshal(t.InputSchema)
 		if err != nil {
-			return nil, fmt.Errorf("input schema: %w", err)
+			return nil, 0, fmt.Errorf("input schema: %w", err)
 		}
 		params = b
 	}
@@ -428,7 +451,7 @@ func definition(s *Server, t *mcp.Tool, export string) (*registry.Tool, error) {
 	if t.OutputSchema != nil {
 		b, err := json.Marshal(t.OutputSchema)
 		if err != nil {
-			return nil, fmt.Errorf("output schema: %w", err)
+			return nil, 0, fmt.Errorf("output schema: %w", err)
 		}
 		output = b
 	}
@@ -439,6 +462,17 @@ func definition(s *Server, t *mcp.Tool, export string) (*registry.Tool, error) {
 	if desc == "" {
 		desc = fmt.Sprintf("The tool %s of the MCP server %s (it has no description).", t.Name, s.name)
 	}
+	cut := 0
+	desc, clipped := clipDescription(desc, s.maxDescription())
+	if clipped {
+		cut++
+	}
+	ann := annotations(t)
+	if ann != nil {
+		if ann.Title, clipped = clipDescription(ann.Title, s.maxDescription()); clipped {
+			cut++
+		}
+	}
 	def := registry.Definition{
 		Name:              registry.JoinName(s.name, export),
 		Description:       desc,
@@ -448,12 +482,21 @@ func definition(s *Server, t *mcp.Tool, export string) (*registry.Tool, error) {
 		Timeout:           orDefault(over.Timeout, s.spec.Timeout),
 		MaxOutputBytes:    orDefault(over.MaxOutputBytes, s.spec.MaxOutputBytes),
 		ErrorMessageLimit: orDefault(over.ErrorMessageLimit, s.spec.ErrorMessageLimit),
-		Annotations:       annotations(t),
+		Annotations:       ann,
 		Tags:              s.spec.Tags,
 		Type:              Type,
 		Source:            s.source,
 	}
-	return &registry.Tool{Definition: def}, nil
+	return &registry.Tool{Definition: def}, cut, nil
+}
+
+// clipDescription returns text, a server's, cut at limit bytes on a
+// character boundary and marked when it is longer, and whether it was.
+func clipDescription(text string, limit int) (string, bool) {
+	if len(text) <= limit {
+		return text, false
+	}
+	return fmt.Sprintf("%s… [description truncated: %d bytes total]", strings.TrimRightFunc(registry.Clip(text, limit), unicode.IsSpace), len(text)), true
 }
 
 func orDefault[T comparable](v, def T) T {
