@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,6 +53,7 @@ type conn struct {
 
 	mu        sync.Mutex
 	session   *mcp.ClientSession
+	stream    *stream     // the session's, over stdio; nil over HTTP
 	tools     []*mcp.Tool // the latest listing, sorted by name
 	toolsHash string
 	state     string
@@ -89,11 +91,11 @@ func (c *conn) run() {
 	defer c.markFirst()
 	backoff := c.m.o.MinBackoff
 	for c.ctx.Err() == nil {
-		cs, cleanup, err := c.connect()
+		cs, st, cleanup, err := c.connect()
 		if err == nil {
 			c.markFirst()
 			up := time.Now()
-			err := c.serve(cs, cleanup)
+			err := c.serve(cs, st, cleanup)
 			// Only a session that lasted resets the backoff: one lost
 			// soon after it was made is an attempt that failed. A server
 			// that exits once it has listed its tools was otherwise
@@ -126,12 +128,12 @@ func (c *conn) run() {
 }
 
 // connect makes one attempt: start the transport, initialise, list tools.
-func (c *conn) connect() (*mcp.ClientSession, func(), error) {
+func (c *conn) connect() (*mcp.ClientSession, *stream, func(), error) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.m.o.ConnectTimeout)
 	defer cancel()
-	transport, cleanup, err := c.transport()
+	transport, st, cleanup, err := c.transport()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// No KeepAlive here: the SDK pings only sessions that began with
 	// initialize, not those of the newer revision (server/discover); serve
@@ -142,21 +144,21 @@ func (c *conn) connect() (*mcp.ClientSession, func(), error) {
 	cs, err := client.Connect(ctx, transport, nil)
 	if err != nil {
 		cleanup()
-		return nil, nil, fmt.Errorf("connect: %w", err)
+		return nil, nil, nil, fmt.Errorf("connect: %w", st.explain(err))
 	}
 	tools, err := listTools(ctx, cs)
 	if err != nil {
 		_ = cs.Close()
 		cleanup()
-		return nil, nil, fmt.Errorf("tools/list: %w", err)
+		return nil, nil, nil, fmt.Errorf("tools/list: %w", st.explain(err))
 	}
-	c.setUp(cs, tools)
-	return cs, cleanup, nil
+	c.setUp(cs, st, tools)
+	return cs, st, cleanup, nil
 }
 
 // serve watches a live session until it ends or the conn is cancelled;
 // it returns why the session was lost (nil when cancelled).
-func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) error {
+func (c *conn) serve(cs *mcp.ClientSession, st *stream, cleanup func()) error {
 	ended := make(chan error, 1)
 	go func() { ended <- cs.Wait() }()
 	closeSession := func() {
@@ -185,13 +187,13 @@ func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) error {
 			if err == nil {
 				err = errors.New("the server closed the connection")
 			}
-			return c.lost(cs, err)
+			return c.lost(cs, st, err)
 		case <-pings:
-			if err := c.ping(cs, closeSession); err != nil {
+			if err := c.ping(cs, st, closeSession); err != nil {
 				return err
 			}
 		case <-c.broken:
-			if err := c.ping(cs, closeSession); err != nil {
+			if err := c.ping(cs, st, closeSession); err != nil {
 				return err
 			}
 		case <-c.refresh:
@@ -203,13 +205,13 @@ func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) error {
 				}
 				continue
 			}
-			if err := c.relist(cs, closeSession); err != nil {
+			if err := c.relist(cs, st, closeSession); err != nil {
 				return err
 			}
 			listed = time.Now()
 		case <-relist:
 			relist = nil
-			if err := c.relist(cs, closeSession); err != nil {
+			if err := c.relist(cs, st, closeSession); err != nil {
 				return err
 			}
 			listed = time.Now()
@@ -219,13 +221,13 @@ func (c *conn) serve(cs *mcp.ClientSession, cleanup func()) error {
 
 // ping asks a live session's server whether it is there; it returns why
 // the session was lost (and closed) when it is not, or nil.
-func (c *conn) ping(cs *mcp.ClientSession, closeSession func()) error {
+func (c *conn) ping(cs *mcp.ClientSession, st *stream, closeSession func()) error {
 	ctx, cancel := context.WithTimeout(c.ctx, c.m.o.ConnectTimeout)
 	err := cs.Ping(ctx, nil)
 	cancel()
 	if err != nil && c.ctx.Err() == nil {
 		closeSession()
-		return c.lost(cs, fmt.Errorf("ping: %w", err))
+		return c.lost(cs, st, fmt.Errorf("ping: %w", err))
 	}
 	return nil
 }
@@ -236,7 +238,7 @@ const relistInterval = time.Second
 
 // relist lists the tools of a live session again; it returns why the
 // session was lost (and closed) doing so, or nil.
-func (c *conn) relist(cs *mcp.ClientSession, closeSession func()) error {
+func (c *conn) relist(cs *mcp.ClientSession, st *stream, closeSession func()) error {
 	ctx, cancel := context.WithTimeout(c.ctx, c.m.o.ConnectTimeout)
 	tools, err := listTools(ctx, cs)
 	cancel()
@@ -245,14 +247,15 @@ func (c *conn) relist(cs *mcp.ClientSession, closeSession func()) error {
 			return nil
 		}
 		closeSession()
-		return c.lost(cs, fmt.Errorf("tools/list: %w", err))
+		return c.lost(cs, st, fmt.Errorf("tools/list: %w", err))
 	}
-	c.setUp(cs, tools)
+	c.setUp(cs, st, tools)
 	return nil
 }
 
-// transport makes the transport for one attempt and what undoes it.
-func (c *conn) transport() (mcp.Transport, func(), error) {
+// transport makes the transport for one attempt, what the service learns
+// of its stream (stdio only), and what undoes it.
+func (c *conn) transport() (mcp.Transport, *stream, func(), error) {
 	s := c.srv
 	if s.url != "" {
 		client := &http.Client{
@@ -260,7 +263,7 @@ func (c *conn) transport() (mcp.Transport, func(), error) {
 				events: newPacer(maxServerLines, maxServerLineBurst, c.slowed)},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
-		return &mcp.StreamableClientTransport{Endpoint: s.url, HTTPClient: client, MaxEventSize: maxAnswerBytes}, func() {}, nil
+		return &mcp.StreamableClientTransport{Endpoint: s.url, HTTPClient: client, MaxEventSize: maxAnswerBytes}, nil, func() {}, nil
 	}
 	cmd := exec.Command(s.command, s.args...)
 	cmd.Env = append([]string{"PATH=" + sandbox.DefaultPath}, s.env...)
@@ -280,7 +283,7 @@ func (c *conn) transport() (mcp.Transport, func(), error) {
 		// server's stdin, before the transport's SIGKILL would come.
 		var err error
 		if reaper, err = sandbox.Reaped(cmd, c.m.o.Launcher, reaperGrace); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	cleanup := func() {
@@ -294,11 +297,21 @@ func (c *conn) transport() (mcp.Transport, func(), error) {
 		}
 		stderr.flush()
 	}
-	var t mcp.Transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+	st := &stream{pace: newPacer(maxServerMessages, maxServerBurst, c.slowed), out: newLineRecorder(), noted: c.notJSONRPC}
+	command := &commandTransport{cmd: cmd, terminate: 2 * time.Second, out: st.out}
+	var t mcp.Transport = command
 	if reaper != nil {
-		t = &reapedTransport{CommandTransport: t.(*mcp.CommandTransport), reaper: reaper}
+		t = &reapedTransport{commandTransport: command, reaper: reaper}
 	}
-	return &pacedTransport{Transport: t, pace: newPacer(maxServerMessages, maxServerBurst, c.slowed)}, cleanup, nil
+	return &pacedTransport{Transport: t, pace: st.pace, st: st}, st, cleanup, nil
+}
+
+// notJSONRPC logs that a stdio server wrote something that is not a
+// JSON-RPC message, with the JSON parser's own account, cut: the session
+// ends with it, and is made again.
+func (c *conn) notJSONRPC(bad *notJSONRPCError) {
+	c.m.log.Warn("mcp: server wrote something that is not a JSON-RPC message to its standard output; its session ends and is made again",
+		"server", c.srv.name, "wrote", bad.what, "line", bad.quote, "lineCut", bad.cut, "error", cutText(bad.raw.Error(), maxErrorText))
 }
 
 // slowed logs that a connection's reading was slowed for the first time.
@@ -332,6 +345,9 @@ type pacer struct {
 	// slowed is called the first time reading has to wait.
 	slowed   func()
 	slowOnce sync.Once
+	// due is when the latest read that had to wait may go on (Unix
+	// nanoseconds; 0: none had to).
+	due atomic.Int64
 }
 
 func newPacer(perSecond, burst int, slowed func()) *pacer {
@@ -346,6 +362,7 @@ func (p *pacer) wait(ctx context.Context, done <-chan struct{}, n int) error {
 		return nil
 	}
 	p.slowOnce.Do(p.slowed)
+	p.due.Store(time.Now().Add(d).UnixNano())
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
@@ -358,11 +375,27 @@ func (p *pacer) wait(ctx context.Context, done <-chan struct{}, n int) error {
 	}
 }
 
+// behind reports whether reading was held back by the pace within
+// behindWindow of now: a server's answers wait behind the messages it
+// sent of its own accord, so an answer that has not come may not have
+// been read yet.
+func (p *pacer) behind(now time.Time) bool {
+	due := p.due.Load()
+	return due != 0 && now.UnixNano() < due+int64(behindWindow)
+}
+
+// behindWindow is how long after the pace last held reading back a
+// server counts as one that sends more than toolsvc reads: in a flood,
+// reading is held back a few milliseconds before every message.
+const behindWindow = time.Second
+
 // pacedTransport paces the requests and notifications its connection
-// reads (see maxServerMessages).
+// reads (see maxServerMessages), and tells st about the errors of its
+// reading.
 type pacedTransport struct {
 	mcp.Transport
 	pace *pacer
+	st   *stream
 }
 
 func (t *pacedTransport) Connect(ctx context.Context) (mcp.Connection, error) {
@@ -370,20 +403,24 @@ func (t *pacedTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pacedConn{Connection: conn, pace: t.pace, closed: make(chan struct{})}, nil
+	return &pacedConn{Connection: conn, pace: t.pace, st: t.st, closed: make(chan struct{})}, nil
 }
 
 type pacedConn struct {
 	mcp.Connection
 	pace      *pacer
+	st        *stream
 	closed    chan struct{}
 	closeOnce sync.Once
 }
 
 func (c *pacedConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	msg, err := c.Connection.Read(ctx)
-	if _, ok := msg.(*jsonrpc.Request); !ok || err != nil {
-		return msg, err
+	if err != nil {
+		return msg, c.st.read(err)
+	}
+	if _, ok := msg.(*jsonrpc.Request); !ok {
+		return msg, nil
 	}
 	// Close unblocks a waiting Read, as the Connection contract asks.
 	if err := c.pace.wait(ctx, c.closed, 1); err != nil {
@@ -402,12 +439,12 @@ func (c *pacedConn) Close() error {
 // error, a missing #! interpreter), as starting it directly would: the
 // reaper itself starts either way.
 type reapedTransport struct {
-	*mcp.CommandTransport
+	*commandTransport
 	reaper *sandbox.Reaper
 }
 
 func (t *reapedTransport) Connect(ctx context.Context) (mcp.Connection, error) {
-	conn, err := t.CommandTransport.Connect(ctx)
+	conn, err := t.commandTransport.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -460,7 +497,7 @@ func hashTools(tools []*mcp.Tool) string {
 // when the tools differ from the previous listing. The listing of the
 // first attempt is no change: Ensure waits for it, so the registry being
 // built already has it.
-func (c *conn) setUp(cs *mcp.ClientSession, tools []*mcp.Tool) {
+func (c *conn) setUp(cs *mcp.ClientSession, st *stream, tools []*mcp.Tool) {
 	firstDone := false
 	select {
 	case <-c.first:
@@ -471,7 +508,7 @@ func (c *conn) setUp(cs *mcp.ClientSession, tools []*mcp.Tool) {
 	c.mu.Lock()
 	changed := h != c.toolsHash
 	wasUp := c.state == stateConnected
-	c.session, c.tools, c.toolsHash, c.err, c.everUp = cs, tools, h, nil, true
+	c.session, c.stream, c.tools, c.toolsHash, c.err, c.everUp = cs, st, tools, h, nil, true
 	if !wasUp {
 		c.state, c.since = stateConnected, time.Now()
 	}
@@ -523,9 +560,9 @@ func (c *conn) setDown(err error) {
 	}
 }
 
-// lost records that the session cs ended, and returns why (redacted),
-// or nil when the conn was cancelled.
-func (c *conn) lost(cs *mcp.ClientSession, err error) error {
+// lost records that the session cs, whose stream is st, ended, and
+// returns why (redacted), or nil when the conn was cancelled.
+func (c *conn) lost(cs *mcp.ClientSession, st *stream, err error) error {
 	c.mu.Lock()
 	if c.session == cs {
 		c.session = nil
@@ -534,7 +571,7 @@ func (c *conn) lost(cs *mcp.ClientSession, err error) error {
 	if c.ctx.Err() != nil {
 		return nil
 	}
-	err = c.redactedError(err)
+	err = c.redactedError(st.explain(err))
 	c.setDown(fmt.Errorf("connection lost: %w", err))
 	return err
 }
@@ -567,13 +604,14 @@ func (c *conn) retire() {
 	<-c.done
 }
 
-// acquire returns the live session for one call, or why there is none.
-func (c *conn) acquire() (*mcp.ClientSession, error) {
+// acquire returns the live session for one call and its stream, or why
+// there is none.
+func (c *conn) acquire() (*mcp.ClientSession, *stream, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
 	case c.retired:
-		return nil, &registry.Error{Code: registry.CodeTool,
+		return nil, nil, &registry.Error{Code: registry.CodeTool,
 			Message:    fmt.Sprintf("MCP server %s was removed from the configuration", c.srv.name),
 			Suggestion: "List the tools again; this one is no longer available."}
 	case c.session == nil:
@@ -581,16 +619,16 @@ func (c *conn) acquire() (*mcp.ClientSession, error) {
 		if c.err != nil {
 			msg += ": " + c.err.Error()
 		}
-		return nil, &registry.Error{Code: registry.CodeTool, Message: msg + "; the service keeps reconnecting",
+		return nil, nil, &registry.Error{Code: registry.CodeTool, Message: msg + "; the service keeps reconnecting",
 			Suggestion: "Try again later, or use another tool."}
 	}
 	c.calls.Add(1)
-	return c.session, nil
+	return c.session, c.stream, nil
 }
 
-// call runs one tools/call on the server.
-func (c *conn) call(ctx context.Context, remote string, req *registry.Request) (any, error) {
-	cs, err := c.acquire()
+// call runs one tools/call on the server, for a tool of tier.
+func (c *conn) call(ctx context.Context, remote string, tier registry.Tier, req *registry.Request) (any, error) {
+	cs, st, err := c.acquire()
 	if err != nil {
 		return nil, err
 	}
@@ -607,7 +645,21 @@ func (c *conn) call(ctx context.Context, remote string, req *registry.Request) (
 	res, err := cs.CallTool(ctx, params)
 	if err != nil {
 		if ctx.Err() != nil {
+			// A stdio server's answer waits in the pipe behind the
+			// messages it sent before it, which are read at a bounded
+			// pace: the call of a server that floods times out for the
+			// server's sake, not its request's, and says so (the
+			// executor keeps a handler's own E_TIMEOUT).
+			if st != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && st.pace.behind(time.Now()) {
+				return nil, c.overloaded(tier)
+			}
 			return nil, ctx.Err()
+		}
+		if bad := st.badMessage(); bad != nil {
+			poke(c.broken) // the session has ended: make it again
+			return nil, &registry.Error{Code: registry.CodeTool,
+				Message:    c.srv.redact(fmt.Sprintf("MCP server %s %s; toolsvc ended its session and is starting it again", c.srv.name, bad.wrote(", where only JSON-RPC messages may go"))),
+				Suggestion: "The tool's server is faulty, not your call. Try the call once more in a few seconds; if it fails the same way, use another tool or tell the user the tool is broken."}
 		}
 		var rpc *jsonrpc.Error
 		answered := errors.As(err, &rpc)
@@ -627,6 +679,19 @@ func (c *conn) call(ctx context.Context, remote string, req *registry.Request) (
 		return nil, e
 	}
 	return resultOutput(res)
+}
+
+// overloaded is the error of a call that ended because the server sends
+// messages of its own accord faster than they are read.
+func (c *conn) overloaded(tier registry.Tier) *registry.Error {
+	suggestion := "The tool's server is overloaded; your request is not the cause, so do not make it smaller. Try the call again later, or use another tool."
+	if tier != registry.ReadOnly {
+		suggestion = "The server may have run the call: check whether its change took effect before you call it again. " + suggestion
+	}
+	return &registry.Error{Code: registry.CodeTimeout,
+		Message: fmt.Sprintf("MCP server %s did not answer in time: it sends messages of its own accord (notifications, requests) faster than toolsvc reads them (%d a second), and toolsvc had not yet read its answer when the call's time was up; the call was stopped",
+			c.srv.name, maxServerMessages),
+		Suggestion: suggestion}
 }
 
 // headerTransport adds the configured headers and the trace context to

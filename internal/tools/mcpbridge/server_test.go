@@ -24,6 +24,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "sandbox child:", err)
 		os.Exit(125)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "mcp-stdio-raw" {
+		runRawServer(os.Args[2:])
+		os.Exit(0)
+	}
 	if len(os.Args) > 1 && os.Args[1] == "mcp-stdio-flood" {
 		runFloodServer()
 		os.Exit(0)

@@ -87,9 +87,9 @@ func (c *conn) registryTools(s *Server) []*registry.Tool {
 			}
 		}
 		if err == nil {
-			remote := t.Name
+			remote, tier := t.Name, tool.Tier
 			tool.Handler = registry.Func(func(ctx context.Context, req *registry.Request) (any, error) {
-				return c.call(ctx, remote, req)
+				return c.call(ctx, remote, tier, req)
 			})
 			err = probe(tool)
 			if err != nil && len(tool.OutputSchema) > 0 {
