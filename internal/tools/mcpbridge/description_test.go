@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -77,6 +78,54 @@ func TestLongDescriptionsAreCut(t *testing.T) {
 	f := newFixture(t)
 	f.env["MCP_TOKEN"] = "Bearer x"
 	if _, err := f.decode(httpDoc("s", u) + "  maxDescriptionBytes: -1\n"); err == nil || !strings.Contains(err.Error(), "maxDescriptionBytes must not be negative") {
+		t.Errorf("a negative bound: %v", err)
+	}
+}
+
+// TestLargeSchemasAreLeftOut: the bound on a schema's subschemas left the
+// texts in them unbounded, and a tool's input schema goes into every
+// prompt as its description does. A schema cannot be cut without
+// changing what it accepts, so a tool whose input or output schema is
+// over the server's maxSchemaBytes (64 KiB by default) is left out,
+// saying why; the server's other tools stay.
+func TestLargeSchemasAreLeftOut(t *testing.T) {
+	wordy := map[string]any{"type": "object", "properties": map[string]any{
+		"q": map[string]any{"type": "string", "description": strings.Repeat("d", 100<<10)}}}
+	u := listingServer(t, []map[string]any{
+		{"name": "echo", "description": "Echo a message.", "inputSchema": object()},
+		{"name": "wordy", "description": "Wordy input.", "inputSchema": wordy},
+		{"name": "shaped", "description": "Wordy output.", "inputSchema": object(), "outputSchema": wordy},
+	})
+	for _, tc := range []struct {
+		extra string
+		kept  []string
+	}{
+		{"", []string{"s__echo"}},
+		{"  maxSchemaBytes: 204800\n", []string{"s__echo", "s__shaped", "s__wordy"}},
+	} {
+		var logs logtest.Buffer
+		f := newFixture(t, func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
+		f.env["MCP_TOKEN"] = "Bearer x"
+		set := f.m.Ensure(context.Background(), []*Server{f.server(httpDoc("s", u) + tc.extra)})
+		var got []string
+		for _, tl := range f.m.Tools(set) {
+			got = append(got, tl.Name)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.kept) {
+			t.Errorf("%q: tools %v, want %v", tc.extra, got, tc.kept)
+		}
+		if len(tc.kept) == 1 {
+			for _, want := range []string{`input schema: 102`, `output schema: 102`, `more than the server's maxSchemaBytes (65536)`} {
+				if !strings.Contains(logs.String(), want) {
+					t.Errorf("the log does not say %q: %s", want, logs.String())
+				}
+			}
+		}
+	}
+	f := newFixture(t)
+	f.env["MCP_TOKEN"] = "Bearer x"
+	if _, err := f.decode(httpDoc("s", u) + "  maxSchemaBytes: -1\n"); err == nil || !strings.Contains(err.Error(), "maxSchemaBytes must not be negative") {
 		t.Errorf("a negative bound: %v", err)
 	}
 }

@@ -58,6 +58,10 @@ type Spec struct {
 	// of the server's tools as toolsvc serves it; a longer one is cut on a
 	// character boundary and marked. 0 is DefaultMaxDescriptionBytes.
 	MaxDescriptionBytes int `yaml:"maxDescriptionBytes"`
+	// MaxSchemaBytes bounds the JSON of each of the server's tools' input
+	// and output schemas; a tool with a larger one is left out. 0 is
+	// DefaultMaxSchemaBytes.
+	MaxSchemaBytes int `yaml:"maxSchemaBytes"`
 	// Tools overrides settings per tool, by the server's tool name.
 	Tools map[string]ToolOverride `yaml:"tools"`
 }
@@ -74,6 +78,16 @@ type Spec struct {
 // (shell__exec's, 1.4 KiB): room for a careful description with
 // examples. A server that needs more can be given more.
 const DefaultMaxDescriptionBytes = 8 << 10
+
+// DefaultMaxSchemaBytes bounds the input and output schemas of an
+// imported tool unless its server's maxSchemaBytes says otherwise. A
+// tool's input schema goes into every prompt that offers the tool, as its
+// description does, and the bound on its subschemas (maxSchemaNodes)
+// leaves their texts (descriptions, enum values, examples) unbounded.
+// Unlike a description, a schema cannot be cut without changing what it
+// accepts, so a tool with a larger one is left out. 64 KiB is eight
+// descriptions' worth, and holds an enum of a few thousand names.
+const DefaultMaxSchemaBytes = 64 << 10
 
 // StdioSpec starts the server as a child process speaking MCP on its
 // stdin and stdout.
@@ -212,6 +226,9 @@ func Decode(r *config.Resource, lookup config.LookupEnv) (*Server, error) {
 	if spec.MaxDescriptionBytes < 0 {
 		return nil, r.Errorf("maxDescriptionBytes must not be negative (0 is the default, %d)", DefaultMaxDescriptionBytes)
 	}
+	if spec.MaxSchemaBytes < 0 {
+		return nil, r.Errorf("maxSchemaBytes must not be negative (0 is the default, %d)", DefaultMaxSchemaBytes)
+	}
 	for where, t := range tiers {
 		if t != "" && !t.Valid() {
 			return nil, r.Errorf("%s.tier: unknown tier %q (want read_only, side_effecting or privileged)", where, t)
@@ -244,6 +261,14 @@ func (s *Server) maxDescription() int {
 		return s.spec.MaxDescriptionBytes
 	}
 	return DefaultMaxDescriptionBytes
+}
+
+// maxSchema is the bound on each of the server's tools' schemas.
+func (s *Server) maxSchema() int {
+	if s.spec.MaxSchemaBytes > 0 {
+		return s.spec.MaxSchemaBytes
+	}
+	return DefaultMaxSchemaBytes
 }
 
 // transport names the kind of transport, for status and logs.

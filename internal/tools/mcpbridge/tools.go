@@ -455,6 +455,14 @@ func definition(s *Server, t *mcp.Tool, export string) (*registry.Tool, int, err
 		}
 		output = b
 	}
+	// Schemas are not cut, as descriptions are: that would change what
+	// they accept.
+	if len(params) > s.maxSchema() {
+		return nil, 0, fmt.Errorf("input schema: %d bytes of JSON, more than the server's maxSchemaBytes (%d)", len(params), s.maxSchema())
+	}
+	if len(output) > s.maxSchema() {
+		return nil, 0, fmt.Errorf("output schema: %d bytes of JSON, more than the server's maxSchemaBytes (%d)", len(output), s.maxSchema())
+	}
 	desc := strings.TrimSpace(t.Description)
 	if desc == "" {
 		desc = strings.TrimSpace(t.Title)
