@@ -242,7 +242,7 @@ func TestConsoleSignInAndCookies(t *testing.T) {
 func TestConsoleRendersHostileArgumentsAsText(t *testing.T) {
 	in, _ := startConsole(t)
 	long := strings.Repeat("A", 100000)
-	body := `{"toolCallId":"hostile","toolName":"text__transform","arguments":{"operation":"upper","text":"</pre><script>alert(1)</script><img src=x onerror=alert(2)> \udc80\ud800 ` + long + `"}}`
+	body := `{"toolCallId":"hostile","toolName":"text__transform","arguments":{"operation":"upper","text":"</pre><script>alert(1)</script><img src=x onerror=alert(2)> \u003cscript\u003ealert(3) \ud83d\ude00 ` + long + `"}}`
 	status, res := apiCall(t, in.base, "agent-token", body)
 	if status != http.StatusAccepted {
 		t.Fatalf("call = %d %v", status, res)
@@ -267,8 +267,8 @@ func TestConsoleRendersHostileArgumentsAsText(t *testing.T) {
 		if !strings.Contains(html, "&lt;script&gt;alert(1)&lt;/script&gt;") {
 			t.Errorf("%s does not show the script tag as text", page)
 		}
-		if !strings.Contains(html, `\udc80\ud800`) {
-			t.Errorf("%s does not show the invalid UTF-16 escapes as written", page)
+		if !strings.Contains(html, `\u003cscript\u003ealert(3) \ud83d\ude00`) {
+			t.Errorf("%s does not show the escapes as written", page)
 		}
 		if !strings.Contains(html, "<details><summary>show ") || strings.Count(html, "AAAA") == 0 {
 			t.Errorf("%s does not fold the long value", page)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -195,10 +196,20 @@ func (t *deadlined) SessionRevoked(ctx context.Context, id string) (bool, error)
 	return t.s.SessionRevoked(ctx, id)
 }
 
+// Ping implements registry.Store. A probe that succeeds ends a run of
+// call writes that failed for want of disk space: the probe writes its
+// headroom (see the stores' Ping), so the space is back, and a replica
+// kept out of rotation would otherwise get no call to show it until
+// failingFor has passed. Other failures (a corrupted file, a locked
+// table) leave the probe passing, and still count.
 func (t *deadlined) Ping(ctx context.Context) error {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()
-	return t.s.Ping(ctx)
+	err := t.s.Ping(ctx)
+	if f := t.last.Load(); err == nil && f != nil && errors.Is(f.err, registry.ErrStoreFull) {
+		t.failures.Store(0)
+	}
+	return err
 }
 
 func (t *deadlined) Close() error { return t.s.Close() }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -19,10 +20,14 @@ import (
 type refusing struct {
 	registry.Store
 	down atomic.Bool
+	full atomic.Bool // down for want of disk space
 }
 
 func (r *refusing) BeginCall(ctx context.Context, rec *registry.CallRecord) (*registry.CallRecord, bool, error) {
 	if r.down.Load() {
+		if r.full.Load() {
+			return nil, false, fmt.Errorf("%w: database or disk is full (13)", registry.ErrStoreFull)
+		}
 		return nil, false, errors.New("database disk image is malformed")
 	}
 	return r.Store.BeginCall(ctx, rec)
@@ -70,5 +75,34 @@ func TestFailingCallWrites(t *testing.T) {
 	}
 	if err := store.Failing(s); err != nil {
 		t.Errorf("after a write that succeeded: %v", err)
+	}
+
+	// The store's probe passes while the writes of a corrupted file fail:
+	// they still count.
+	r.down.Store(true)
+	for range 3 {
+		_ = begin(t.Context())
+	}
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Failing(s); err == nil {
+		t.Error("a passing probe ended a run of failed writes of a corrupted file")
+	}
+	// Writes that failed for want of disk space end with a probe that
+	// passes: it wrote its headroom, so the space is back, and no call
+	// comes to a replica out of rotation to show it.
+	r.full.Store(true)
+	for range 3 {
+		_ = begin(t.Context())
+	}
+	if err := store.Failing(s); err == nil || !strings.Contains(err.Error(), "out of disk space") {
+		t.Fatalf("after three writes failed for want of space: %v", err)
+	}
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Failing(s); err != nil {
+		t.Errorf("after a probe that wrote its headroom: %v", err)
 	}
 }
