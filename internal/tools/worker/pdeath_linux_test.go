@@ -34,9 +34,13 @@ func poolParent() {
 	}
 	go p.Call(context.Background(), "json__query", &registry.Request{Name: "json__query", Arguments: json.RawMessage(jq(`last(range(1e15))`, `null`)), MaxOutputBytes: 16384})
 	for {
-		if pids := children(); len(pids) > 0 {
-			fmt.Println(pids[0])
-			select {}
+		for _, pid := range children() {
+			// Only the worker: the runtime forks a child of its own that
+			// exits at once, to learn whether clone gives pidfds.
+			if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(cmdline), "\x00"+Command+"\x00") {
+				fmt.Println(pid)
+				select {}
+			}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
