@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -13,10 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store/sqlite"
+	"github.com/toolsvc/toolsvc/internal/store/storetest"
 )
 
 // result is the part of a ToolCallResult the tests look at.
@@ -243,20 +240,7 @@ func TestReplicasShareState(t *testing.T) {
 	if url == "" {
 		t.Skip("TOOLSVC_TEST_POSTGRES_URL is not set; skipping the multi-replica test (CI sets it)")
 	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "toolsvc_test_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), url)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
-			t.Error(err)
-		}
-	})
+	schema := storetest.PostgresSchema(t, url)
 	ws := t.TempDir()
 	env := []string{"TOOLSVC_WORKSPACE=" + ws, "TOOLSVC_STORE_URL=" + url, "TOOLSVC_STORE_SCHEMA=" + schema}
 	a, b2 := start(t, env...), start(t, env...)

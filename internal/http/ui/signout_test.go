@@ -3,8 +3,6 @@ package ui
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,11 +19,11 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
 	"github.com/toolsvc/toolsvc/internal/store/sqlite"
+	"github.com/toolsvc/toolsvc/internal/store/storetest"
 )
 
 // storeExecutor is an executor with a store and nothing else: enough for
@@ -380,22 +378,7 @@ func sharedPostgres(t *testing.T) (registry.Store, registry.Store) {
 	if u == "" {
 		t.Skip("TOOLSVC_TEST_POSTGRES_URL is not set; set it (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) to run the replica test")
 	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "toolsvc_test_ui_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, u)
-		if err != nil {
-			t.Errorf("dropping schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("dropping schema %s: %v", schema, err)
-		}
-	})
+	schema := storetest.PostgresSchema(t, u)
 	var stores [2]registry.Store
 	for i := range stores {
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)

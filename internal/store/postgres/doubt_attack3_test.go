@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
+	"github.com/toolsvc/toolsvc/internal/store/storetest"
 )
 
 // TestBeginCallWhoseAnswerWasLostIsWithdrawn: a running record whose
@@ -20,7 +21,7 @@ import (
 // of waiting on a record nobody renews and then reading E_INTERRUPTED.
 func TestBeginCallWhoseAnswerWasLostIsWithdrawn(t *testing.T) {
 	url := testURL(t)
-	schema := newSchema(t, url)
+	schema := storetest.PostgresSchema(t, url)
 	const lease = 15 * time.Second
 	s := open(t, postgres.Options{URL: url, Schema: schema, Lease: lease})
 

@@ -2,8 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,29 +28,6 @@ func testURL(t testing.TB) string {
 	return u
 }
 
-// newSchema returns a fresh schema name for one test, dropped at its end
-// (after every store opened in it has closed).
-func newSchema(t testing.TB, url string) string {
-	t.Helper()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "toolsvc_test_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("dropping schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("dropping schema %s: %v", schema, err)
-		}
-	})
-	return schema
-}
-
 func open(t testing.TB, o postgres.Options) *postgres.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -67,7 +42,7 @@ func open(t testing.TB, o postgres.Options) *postgres.Store {
 
 func sharedDB(t *testing.T) storetest.SharedOpener {
 	url := testURL(t)
-	schema := newSchema(t, url)
+	schema := storetest.PostgresSchema(t, url)
 	return func(t *testing.T, o storetest.OpenOptions) registry.Store {
 		return open(t, postgres.Options{URL: url, Schema: schema, Lease: o.Lease, MaxPoll: o.MaxPoll, Now: o.Now, MaxConns: 8})
 	}
@@ -76,14 +51,14 @@ func sharedDB(t *testing.T) storetest.SharedOpener {
 func TestConformance(t *testing.T) {
 	url := testURL(t)
 	storetest.Run(t, func(t *testing.T) registry.Store {
-		return open(t, postgres.Options{URL: url, Schema: newSchema(t, url)})
+		return open(t, postgres.Options{URL: url, Schema: storetest.PostgresSchema(t, url)})
 	})
 }
 
 // TestOrphanedRecordOfThisProcessExpires runs storetest.RunOrphanedLease.
 func TestOrphanedRecordOfThisProcessExpires(t *testing.T) {
 	url := testURL(t)
-	storetest.RunOrphanedLease(t, open(t, postgres.Options{URL: url, Schema: newSchema(t, url), Lease: 300 * time.Millisecond}))
+	storetest.RunOrphanedLease(t, open(t, postgres.Options{URL: url, Schema: storetest.PostgresSchema(t, url), Lease: 300 * time.Millisecond}))
 }
 
 func TestRestart(t *testing.T) { storetest.RunRestart(t, sharedDB) }
@@ -94,7 +69,7 @@ func TestReplicas(t *testing.T) { storetest.RunReplicas(t, sharedDB) }
 // advisory lock, and all come up.
 func TestConcurrentStartMigratesOnce(t *testing.T) {
 	url := testURL(t)
-	schema := newSchema(t, url)
+	schema := storetest.PostgresSchema(t, url)
 	const n = 4
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -144,7 +119,7 @@ func TestRefusesBadSchemaName(t *testing.T) {
 // A waiter on one replica is woken by the other's NOTIFY, not by polling.
 func TestNotifyWakesOtherReplica(t *testing.T) {
 	url := testURL(t)
-	schema := newSchema(t, url)
+	schema := storetest.PostgresSchema(t, url)
 	a := open(t, postgres.Options{URL: url, Schema: schema, Lease: time.Hour})
 	b := open(t, postgres.Options{URL: url, Schema: schema, Lease: time.Hour, MaxPoll: time.Hour})
 	rec := &registry.CallRecord{CallerID: "alice", ToolCallID: "n1", ToolName: "fs__write", ArgumentsDigest: "d", State: registry.CallRunning}
@@ -186,7 +161,7 @@ func TestNotifyWakesOtherReplica(t *testing.T) {
 // shared its transaction are stored.
 func TestGroupCommit(t *testing.T) {
 	url := testURL(t)
-	s := open(t, postgres.Options{URL: url, Schema: newSchema(t, url), CommitWindow: 50 * time.Millisecond})
+	s := open(t, postgres.Options{URL: url, Schema: storetest.PostgresSchema(t, url), CommitWindow: 50 * time.Millisecond})
 	storetest.RunConcurrentWrites(t, s)
 	if txs, writes := s.CommitStats(); writes < 20 || txs*2 > writes {
 		t.Errorf("%d writes in %d transactions; want them grouped (at most half as many transactions)", writes, txs)
@@ -218,7 +193,7 @@ func TestGroupCommit(t *testing.T) {
 
 func BenchmarkStore(b *testing.B) {
 	url := testURL(b)
-	s := open(b, postgres.Options{URL: url, Schema: newSchema(b, url)})
+	s := open(b, postgres.Options{URL: url, Schema: storetest.PostgresSchema(b, url)})
 	storetest.Benchmark(b, s)
 }
 
@@ -253,7 +228,7 @@ func TestScanTime(t *testing.T) {
 // within a minute of load.
 func TestKeyedStatementsUseOnlyThePrimaryKey(t *testing.T) {
 	url := testURL(t)
-	schema := newSchema(t, url)
+	schema := storetest.PostgresSchema(t, url)
 	open(t, postgres.Options{URL: url, Schema: schema})
 	conn, err := pgx.Connect(t.Context(), url)
 	if err != nil {

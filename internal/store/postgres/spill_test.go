@@ -15,6 +15,6 @@ func TestSpillConformance(t *testing.T) {
 		t.Skip("TOOLSVC_TEST_POSTGRES_URL is not set; set it to a PostgreSQL URL to run the PostgreSQL store tests")
 	}
 	storetest.RunSpill(t, func(t *testing.T) registry.SpillStore {
-		return open(t, postgres.Options{URL: url, Schema: newSchema(t, url)})
+		return open(t, postgres.Options{URL: url, Schema: storetest.PostgresSchema(t, url)})
 	})
 }
