@@ -42,14 +42,43 @@ func runFloodServer() {
 		}
 		os.Exit(0)
 	}
+	handRolled{
+		name:   "flood",
+		tools:  `[{"name":"echo","description":"Echo.","inputSchema":{"type":"object"}}]`,
+		send:   send,
+		listed: func() { once.Do(func() { go flood() }) },
+	}.serve()
+}
+
+// handRolled is a stdio MCP server written by hand, so that tests can
+// make it do what no SDK would. It answers initialize, tools/list (tools,
+// a JSON array), ping, and tools/call: through call when set (which may
+// leave a call unanswered), else with the text "echoed". send writes a
+// line (nil: to stdout); listed runs after each tools/list.
+type handRolled struct {
+	name   string
+	tools  string
+	send   func([]byte) error
+	call   func(name, line string) (answered bool)
+	listed func()
+}
+
+func (h handRolled) serve() {
+	if h.send == nil {
+		h.send = func(b []byte) error { _, err := os.Stdout.Write(b); return err }
+	}
 	sc := bufio.NewScanner(os.Stdin)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	sc.Buffer(make([]byte, 4<<20), 4<<20)
 	for sc.Scan() {
 		var m struct {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
 			Params struct {
 				ProtocolVersion string `json:"protocolVersion"`
+				Name            string `json:"name"`
+				Arguments       struct {
+					Line string `json:"line"`
+				} `json:"arguments"`
 			} `json:"params"`
 		}
 		if json.Unmarshal(sc.Bytes(), &m) != nil || m.ID == nil {
@@ -58,21 +87,24 @@ func runFloodServer() {
 		var res string
 		switch m.Method {
 		case "initialize":
-			res = fmt.Sprintf(`"result":{"protocolVersion":%q,"capabilities":{"tools":{}},"serverInfo":{"name":"flood","version":"1"}}`, m.Params.ProtocolVersion)
+			res = fmt.Sprintf(`"result":{"protocolVersion":%q,"capabilities":{"tools":{}},"serverInfo":{"name":%q,"version":"1"}}`, m.Params.ProtocolVersion, h.name)
 		case "tools/list":
-			res = `"result":{"tools":[{"name":"echo","description":"Echo.","inputSchema":{"type":"object"}}]}`
+			res = `"result":{"tools":` + h.tools + `}`
 		case "tools/call":
+			if h.call != nil && !h.call(m.Params.Name, m.Params.Arguments.Line) {
+				continue
+			}
 			res = `"result":{"content":[{"type":"text","text":"echoed"}]}`
 		case "ping":
 			res = `"result":{}`
 		default:
 			res = `"error":{"code":-32601,"message":"method not found"}`
 		}
-		if send([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,%s}`+"\n", m.ID, res))) != nil {
+		if h.send([]byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,%s}`+"\n", m.ID, res))) != nil {
 			return
 		}
-		if m.Method == "tools/list" {
-			once.Do(func() { go flood() })
+		if m.Method == "tools/list" && h.listed != nil {
+			h.listed()
 		}
 	}
 }

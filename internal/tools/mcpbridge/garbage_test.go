@@ -1,7 +1,6 @@
 package mcpbridge
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,43 +24,18 @@ func runRawServer(args []string) {
 	if len(args) > 0 && args[0] == "banner" {
 		fmt.Println("weather-mcp 0.3.1 listening on stdio")
 	}
-	sc := bufio.NewScanner(os.Stdin)
-	sc.Buffer(make([]byte, 4<<20), 4<<20)
-	for sc.Scan() {
-		var m struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-			Params struct {
-				ProtocolVersion string `json:"protocolVersion"`
-				Name            string `json:"name"`
-				Arguments       struct {
-					Line string `json:"line"`
-				} `json:"arguments"`
-			} `json:"params"`
-		}
-		if json.Unmarshal(sc.Bytes(), &m) != nil || m.ID == nil {
-			continue
-		}
-		var res string
-		switch m.Method {
-		case "initialize":
-			res = fmt.Sprintf(`"result":{"protocolVersion":%q,"capabilities":{"tools":{}},"serverInfo":{"name":"raw","version":"1"}}`, m.Params.ProtocolVersion)
-		case "tools/list":
-			res = `"result":{"tools":[{"name":"echo","description":"Echo.","inputSchema":{"type":"object"}},` +
-				`{"name":"print","description":"Write a line to stdout.","inputSchema":{"type":"object","properties":{"line":{"type":"string"}}}}]}`
-		case "tools/call":
-			if m.Params.Name == "print" {
-				fmt.Println(m.Params.Arguments.Line)
-				continue
+	handRolled{
+		name: "raw",
+		tools: `[{"name":"echo","description":"Echo.","inputSchema":{"type":"object"}},` +
+			`{"name":"print","description":"Write a line to stdout.","inputSchema":{"type":"object","properties":{"line":{"type":"string"}}}}]`,
+		call: func(name, line string) bool {
+			if name == "print" {
+				fmt.Println(line)
+				return false
 			}
-			res = `"result":{"content":[{"type":"text","text":"echoed"}]}`
-		case "ping":
-			res = `"result":{}`
-		default:
-			res = `"error":{"code":-32601,"message":"method not found"}`
-		}
-		fmt.Printf(`{"jsonrpc":"2.0","id":%s,%s}`+"\n", m.ID, res)
-	}
+			return true
+		},
+	}.serve()
 }
 
 func rawDoc(t *testing.T, name string, args ...string) string {
