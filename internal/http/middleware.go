@@ -215,14 +215,17 @@ func (s *Server) admitCall(next http.Handler) http.Handler {
 // a body readBody takes at once.
 func (s *Server) readAhead(w http.ResponseWriter, r *http.Request) *readBodyAhead {
 	rc := http.NewResponseController(w)
-	// Registered first, then checked: Drain sets draining before it cuts
-	// what is registered, so a read either is cut or sees draining.
-	s.uploads.Store(rc, struct{}{})
-	defer s.uploads.Delete(rc)
+	s.uploadsMu.Lock()
 	if s.draining.Load() {
+		s.uploadsMu.Unlock()
 		return &readBodyAhead{limit: s.deps.Limits.MaxRequestBytes, err: errDraining}
 	}
+	s.uploads[rc] = struct{}{}
+	s.uploadsMu.Unlock()
 	body, err := readBody(w, r, s.deps.Limits.MaxRequestBytes)
+	s.uploadsMu.Lock()
+	delete(s.uploads, rc)
+	s.uploadsMu.Unlock()
 	// The original body is left to net/http, which drains or drops what
 	// is left of it after the handler.
 	return &readBodyAhead{limit: s.deps.Limits.MaxRequestBytes, body: body, err: err}
@@ -258,7 +261,9 @@ func (b *readBodyAhead) Close() error { return nil }
 // cutUploads makes the reads of the bodies admitCall is reading fail now.
 // The caller has set draining first, so no new reads start afterwards.
 func (s *Server) cutUploads() {
-	for rc := range s.uploads.Range {
-		_ = rc.(*http.ResponseController).SetReadDeadline(time.Now())
+	s.uploadsMu.Lock()
+	defer s.uploadsMu.Unlock()
+	for rc := range s.uploads {
+		_ = rc.SetReadDeadline(time.Now())
 	}
 }

@@ -107,11 +107,11 @@ type Server struct {
 	draining atomic.Bool
 	inFlight atomic.Int64
 	// uploads are the request bodies admitCall is reading, which Drain
-	// cuts off (*http.ResponseController keys; a sync.Map, so that calls
-	// on many cores share no lock).
-	uploads sync.Map
-	console *ui.Console // nil when disabled
-	formats formats
+	// cuts off.
+	uploadsMu sync.Mutex
+	uploads   map[*http.ResponseController]struct{}
+	console   *ui.Console // nil when disabled
+	formats   formats
 }
 
 // NewServer returns the HTTP server for deps.
@@ -125,7 +125,7 @@ func NewServer(deps Deps) *Server {
 	if deps.Limits.MaxJSONDepth <= 0 {
 		deps.Limits.MaxJSONDepth = 64
 	}
-	s := &Server{deps: deps, formats: wireFormats()}
+	s := &Server{deps: deps, formats: wireFormats(), uploads: map[*http.ResponseController]struct{}{}}
 	if deps.Registerer != nil && deps.RateLimiter != nil {
 		s.rate = newRateMetrics(deps.Registerer)
 	}
