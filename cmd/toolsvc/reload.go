@@ -25,6 +25,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/sandbox"
 	"github.com/toolsvc/toolsvc/internal/tools/custom"
 	"github.com/toolsvc/toolsvc/internal/tools/mcpbridge"
+	"github.com/toolsvc/toolsvc/internal/tools/plan"
 	"github.com/toolsvc/toolsvc/internal/tools/workspace"
 )
 
@@ -148,6 +149,9 @@ type reloader struct {
 	reloads *prometheus.CounterVec
 	// notifier takes the reloaded Notifier resources; nil takes none.
 	notifier *notify.Dispatcher
+	// planLimit holds a reloaded plan__execute's steps to the callers'
+	// rate limits.
+	planLimit plan.Limit
 
 	mu  sync.Mutex
 	cur *app
@@ -189,12 +193,7 @@ func (r *reloader) Reload() error {
 		r.log.Error("configuration reload failed; the running configuration stays", "error", err)
 		return err
 	}
-	if a.plan != nil {
-		a.plan.Bind(r.exec)
-	}
-	if a.result != nil {
-		a.result.Bind(r.exec)
-	}
+	a.bind(r.exec, r.planLimit)
 	r.exec.Load(a.registry, a.policy)
 	if r.callers != nil {
 		r.callers.swap(a)

@@ -158,6 +158,18 @@ type app struct {
 	result *resulttool.Binder
 }
 
+// bind gives the tools that call through the executor their executor, and
+// plan__execute's steps the callers' rate limits.
+func (a *app) bind(exec *registry.Executor, limit plan.Limit) {
+	if a.plan != nil {
+		a.plan.Bind(exec)
+		a.plan.BindLimit(limit)
+	}
+	if a.result != nil {
+		a.result.Bind(exec)
+	}
+}
+
 // build loads resources and built-in tools into a registry, policy and
 // callers. With mcp nil, MCPServer resources are checked but not
 // contacted.
@@ -467,12 +479,6 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		Disabled:            disabledTools(cfg),
 	})
 	go exec.RetryRecords(background, 5*time.Second)
-	if a.plan != nil {
-		a.plan.Bind(exec)
-	}
-	if a.result != nil {
-		a.result.Bind(exec)
-	}
 	var identity toolhttp.Identity
 	var callers *liveAuth // replaced by reloads
 	if a.auth != nil {
@@ -515,6 +521,8 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 			SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://")},
 		Version: version,
 	})
+	reloads.planLimit = srv.LimitSteps
+	a.bind(exec, srv.LimitSteps)
 	defer reloads.start(ctx, hup, mcpChanged)()
 
 	// Calls run under base, which outlives the signal so in-flight calls can

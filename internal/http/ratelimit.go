@@ -70,11 +70,28 @@ func (e *rateLimited) problem() *Problem {
 	return p
 }
 
+// overBurst is a refusal of calls that no wait would let through: more of
+// them count against a bucket than its burst holds.
+type overBurst struct {
+	n, held, burst int
+	kind           string
+}
+
+func (e *overBurst) Error() string { return "more calls than the rate limit's burst" }
+
+func (e *overBurst) problem() *Problem {
+	return problem(kindInvalidBatch, fmt.Sprintf(
+		"this batch holds %d calls that count against the %s rate limit, whose burst is %d; no batch of more than %d such calls can run, so send them in smaller batches",
+		e.n, e.kind, e.burst, e.burst))
+}
+
 // limitCalls takes one token per call of tools from the caller's buckets:
 // the caller's own and, for tools with a rule of their own, the tool's. It
 // returns the headers to send (IETF RateLimit and RateLimit-Policy) and a
-// *rateLimited when the calls may not run.
-func (s *Server) limitCalls(ctx context.Context, caller *registry.Caller, tools []string) (http.Header, error) {
+// *rateLimited when the calls may not run, an *overBurst when they never
+// can. held names calls of the same request that have taken their tokens
+// already (a plan, for its steps): they count against the burst.
+func (s *Server) limitCalls(ctx context.Context, caller *registry.Caller, tools []string, held ...string) (http.Header, error) {
 	lim := caller.RateLimit
 	if s.deps.RateLimiter == nil || lim == nil || len(tools) == 0 {
 		return nil, nil
@@ -82,28 +99,29 @@ func (s *Server) limitCalls(ctx context.Context, caller *registry.Caller, tools 
 	type take struct {
 		bucket ratelimit.Bucket
 		n      int
+		held   int
 		name   string // the policy's name in the headers
 		kind   string
 	}
-	takes := []take{{bucket: ratelimit.Bucket{Key: "c:" + caller.ID, PerSecond: lim.PerSecond, Burst: lim.Burst}, n: len(tools), name: "caller", kind: "caller"}}
+	takes := []take{{bucket: ratelimit.Bucket{Key: "c:" + caller.ID, PerSecond: lim.PerSecond, Burst: lim.Burst}, n: len(tools), held: len(held), name: "caller", kind: "caller"}}
 	for i, tl := range lim.Tools {
-		n := 0
-		for _, t := range tools {
-			if registry.MatchAny(tl.Tools, t) {
-				n++
+		matching := func(names []string) (n int) {
+			for _, t := range names {
+				if registry.MatchAny(tl.Tools, t) {
+					n++
+				}
 			}
+			return n
 		}
-		if n > 0 {
+		if n := matching(tools); n > 0 {
 			takes = append(takes, take{bucket: ratelimit.Bucket{Key: "t:" + strconv.Itoa(i) + ":" + caller.ID, PerSecond: tl.PerSecond, Burst: tl.Burst},
-				n: n, name: "tool" + strconv.Itoa(i), kind: "tool"})
+				n: n, held: matching(held), name: "tool" + strconv.Itoa(i), kind: "tool"})
 		}
 	}
 	for _, t := range takes {
-		if t.n > t.bucket.Burst {
+		if t.n+t.held > t.bucket.Burst {
 			// No wait would let it through: say so, not "retry in N s".
-			return nil, problem(kindInvalidBatch, fmt.Sprintf(
-				"this batch holds %d calls that count against the %s rate limit, whose burst is %d; no batch of more than %d such calls can run, so send them in smaller batches",
-				t.n, t.kind, t.bucket.Burst, t.bucket.Burst))
+			return nil, &overBurst{n: t.n, held: t.held, burst: t.bucket.Burst, kind: t.kind}
 		}
 	}
 	h := http.Header{}
@@ -167,8 +185,44 @@ func (s *Server) limitHTTP(w http.ResponseWriter, r *http.Request, tools ...stri
 		}
 	}
 	var rl *rateLimited
-	if errors.As(err, &rl) {
+	var ob *overBurst
+	switch {
+	case errors.As(err, &rl):
 		return rl.problem()
+	case errors.As(err, &ob):
+		return ob.problem()
 	}
 	return err
+}
+
+// LimitSteps takes one token per call of tools from the caller's rate
+// limits, for the calls a call of the tool held makes through the
+// executor (plan__execute's steps), as a batch takes one per call; held
+// has taken its own token when its request came in. A refusal is a
+// *registry.Error that tells the model when to try again, or that the
+// steps are more than the limit lets through at once.
+func (s *Server) LimitSteps(ctx context.Context, caller *registry.Caller, held string, tools []string) error {
+	_, err := s.limitCalls(ctx, caller, tools, held)
+	var rl *rateLimited
+	var ob *overBurst
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ob):
+		most := ob.burst - ob.held
+		return &registry.Error{Code: registry.CodeInvalidArguments,
+			Message: fmt.Sprintf("no step ran: %d steps count against the %s rate limit, whose burst is %d, and this call took %d of it; at most %d such steps can run in one call",
+				ob.n, ob.kind, ob.burst, ob.held, most),
+			Suggestion: fmt.Sprintf("Split the steps into calls of at most %d steps each.", max(most, 0))}
+	case errors.As(err, &rl) && rl.err != nil:
+		return &registry.Error{Code: registry.CodeTool,
+			Message:    "no step ran: the shared rate limiter is not answering, and the service fails closed",
+			Suggestion: fmt.Sprintf("Retry in %d s.", rl.retryAfter())}
+	case errors.As(err, &rl):
+		return &registry.Error{Code: registry.CodeTool,
+			Message:    fmt.Sprintf("no step ran: the steps are over this caller's rate limit; retry in %d s", rl.retryAfter()),
+			Suggestion: fmt.Sprintf("Retry in %d s, or with fewer steps.", rl.retryAfter())}
+	}
+	s.deps.Logger.Error("rate limiter: a plan's steps", "error", err)
+	return &registry.Error{Code: registry.CodeInternal, Message: "internal error"}
 }

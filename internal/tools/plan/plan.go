@@ -40,15 +40,32 @@ type Options struct {
 	MaxOutputBytes int
 }
 
-// Binder connects plan__execute to the executor that runs its steps. The
-// executor needs the registry that holds the tool, so the tool is built
-// first and bound once the executor exists.
+// Limit takes one token per step from the caller's rate limits before the
+// steps run, as a batch takes one per call; held is the plan's own tool,
+// which took its token when its call came in. A refusal is the plan's
+// error (a *registry.Error says why to the model).
+type Limit func(ctx context.Context, caller *registry.Caller, held string, tools []string) error
+
+// Binder connects plan__execute to the executor that runs its steps, and
+// to the rate limits its steps are held to. The executor needs the
+// registry that holds the tool, so the tool is built first and bound once
+// the executor exists.
 type Binder struct {
 	runner atomic.Pointer[Runner]
+	limit  atomic.Pointer[Limit]
 }
 
 // Bind makes r run the steps of every plan from now on.
 func (b *Binder) Bind(r Runner) { b.runner.Store(&r) }
+
+// BindLimit holds the steps of every plan from now on to l.
+func (b *Binder) BindLimit(l Limit) {
+	if l == nil {
+		b.limit.Store(nil)
+		return
+	}
+	b.limit.Store(&l)
+}
 
 // Tools returns plan__execute and the Binder to give it its executor.
 func Tools(o Options) ([]*registry.Tool, *Binder) {
@@ -209,6 +226,15 @@ func (b *Binder) run(ctx context.Context, req *registry.Request, o registry.Batc
 			Arguments:  s.Arguments,
 			Catalog:    req.Catalog,
 			Context:    req.Context,
+		}
+	}
+	if l := b.limit.Load(); l != nil {
+		tools := make([]string, len(a.Steps))
+		for i, s := range a.Steps {
+			tools[i] = s.Tool
+		}
+		if err := (*l)(ctx, req.Caller, Name, tools); err != nil {
+			return nil, err
 		}
 	}
 	results, err := (*r).ExecuteBatch(ctx, req.Caller, calls, o)
