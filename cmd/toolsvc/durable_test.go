@@ -27,7 +27,8 @@ type result struct {
 	} `json:"error"`
 	DurationMs int64 `json:"durationMs"`
 	Approval   *struct {
-		ID string `json:"id"`
+		ID              string `json:"id"`
+		ArgumentsDigest string `json:"argumentsDigest"`
 	} `json:"approval"`
 	Code string `json:"code"` // of a problem
 }

@@ -216,6 +216,13 @@ type Tool struct {
 	// concurrency slot the tool's call holds, so a full service cannot
 	// leave them waiting on the very slot their parent keeps.
 	Nests bool
+	// Normalize, when set, rewrites arguments that have several spellings
+	// of one meaning ("./notes//todo.md", which the tool reads as
+	// "notes/todo.md") into the spelling the tool uses. It runs on valid
+	// arguments before policy, so rules, approvers, the record and the
+	// tool all see the call the tool makes; it reports whether it changed
+	// anything and leaves what the tool would refuse as it is.
+	Normalize func(args map[string]any) bool
 
 	schema *jsonschema.Schema
 	// output is the compiled OutputSchema (nil without one).

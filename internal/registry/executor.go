@@ -386,6 +386,20 @@ func (e *Executor) decode(ctx context.Context, f *flight) error {
 		span.AddEvent("validation_failed")
 		return validationError(f.tool, err)
 	}
+	if f.resumed != nil && f.resumed.ArgumentsDigest != "" {
+		// Filed arguments are normalized already; the digest is of the
+		// arguments as the client sent them, which it may send again.
+		f.digest = f.resumed.ArgumentsDigest
+	}
+	if m, ok := value.(map[string]any); ok && f.tool.Normalize != nil && f.tool.Normalize(m) {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(m); err != nil {
+			return &Error{Code: CodeInternal, Message: "internal error"}
+		}
+		f.args = bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+	}
 	// Only calls whose tier or request asks for it touch the store.
 	f.durable = e.store != nil && (f.tool.Tier != ReadOnly || (f.call.Record && f.call.ToolCallID != "") || f.resumed != nil)
 	return nil

@@ -122,8 +122,31 @@ func (t *tools) define(export, description string, tier registry.Tier, schema st
 			Tags:           []string{"files"},
 			Type:           "builtin",
 		},
-		Handler: h,
+		Handler:   h,
+		Normalize: normalizePath,
 	}
+}
+
+// normalizePath gives the path argument the spelling the tools use, so a
+// policy rule on "notes/" also sees "./notes//todo.md" as "notes/todo.md".
+// A final "/" stays, since it says the path names a directory.
+func normalizePath(args map[string]any) bool {
+	p, ok := args["path"].(string)
+	if !ok || p == "" {
+		return false
+	}
+	clean, err := cleanPath("path", p, false)
+	if err != nil {
+		return false
+	}
+	if tail := p[strings.LastIndexByte(p, '/')+1:]; (tail == "" || tail == ".") && strings.Contains(p, "/") && clean != "." {
+		clean += "/"
+	}
+	if clean == p {
+		return false
+	}
+	args["path"] = clean
+	return true
 }
 
 func readOnly() *registry.Annotations {

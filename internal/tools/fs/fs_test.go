@@ -470,7 +470,7 @@ func TestWrite(t *testing.T) {
 		{map[string]any{"path": "deep", "content": "x"}, registry.CodeTool, "is a directory"},
 		{map[string]any{"path": "a.txt/b", "content": "x"}, registry.CodeTool, "not a directory"},
 		{map[string]any{"path": "newdir/", "content": "x"}, registry.CodeInvalidArguments, `ends in "/", so it names a directory`},
-		{map[string]any{"path": "newdir/.", "content": "x"}, registry.CodeInvalidArguments, `ends in "/.", so it names a directory`},
+		{map[string]any{"path": "newdir/.", "content": "x"}, registry.CodeInvalidArguments, `"newdir/" ends in "/", so it names a directory`},
 		{map[string]any{"path": "a.txt/", "content": "x"}, registry.CodeInvalidArguments, "names a directory"},
 	}
 	for _, c := range errs {

@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -202,7 +203,31 @@ func (f *fetcher) tool(method string) *registry.Tool {
 	}
 	return &registry.Tool{Definition: def, Handler: registry.Func(func(ctx context.Context, req *registry.Request) (any, error) {
 		return f.run(ctx, method, req)
-	})}
+	}), Normalize: normalizeURL}
+}
+
+// normalizeURL gives the url argument the spelling the request is made
+// with, its scheme and host in lower case, so a policy rule on
+// "http://example.com/" also sees "HTTP://Example.COM/" as that.
+func normalizeURL(args map[string]any) bool {
+	s, ok := args["url"].(string)
+	if !ok {
+		return false
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return false
+	}
+	u.Host = strings.ToLower(u.Host)
+	n := u.String()
+	if n == s {
+		return false
+	}
+	if again, err := url.Parse(n); err != nil || again.String() != n {
+		return false
+	}
+	args["url"] = n
+	return true
 }
 
 // refusedHeaders are request headers a call may not set, and why.
