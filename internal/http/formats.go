@@ -437,8 +437,8 @@ func nativeResult(r *registry.Result) any {
 		Approval pendingApproval `json:"approval"`
 	}{r, pendingApproval{
 		ApprovalTicket: *r.Approval,
-		Approve:        fmt.Sprintf(`POST /approvals/%s {"decision": "approve"} or {"decision": "deny"}, by a caller with the approve scope`, r.Approval.ID),
-		Result:         fmt.Sprintf("GET /calls/%s?wait=30s", r.ToolCallID),
+		Approve:        fmt.Sprintf(`POST /approvals/%s {"decision": "approve"} or {"decision": "deny"}, by a caller with the approve scope`, url.PathEscape(r.Approval.ID)),
+		Result:         fmt.Sprintf("GET /calls/%s?wait=30s", url.PathEscape(r.ToolCallID)),
 	}}
 }
 

@@ -132,24 +132,27 @@ func TestDisabledAndUnknownTools(t *testing.T) {
 	}
 }
 
-// A pending call says how to approve it and where its result will be.
+// A pending call says how to approve it and where its result will be,
+// with its id escaped: "q?x" would name the call "q".
 func TestPendingApprovalSaysHowToApprove(t *testing.T) {
-	res := &registry.Result{ToolCallID: "c-7", ToolName: "shell__exec", Status: registry.StatusPendingApproval,
-		Approval: &registry.ApprovalTicket{ID: "apr_1", ArgumentsDigest: "d"}}
-	b, err := json.Marshal(nativeResult(res))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got struct {
-		Status   string
-		Approval struct{ ID, Approve, Result string }
-	}
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatal(err)
-	}
-	if got.Status != "pending_approval" || got.Approval.ID != "apr_1" || !strings.Contains(got.Approval.Approve, "POST /approvals/apr_1") ||
-		!strings.Contains(got.Approval.Approve, "approve scope") || got.Approval.Result != "GET /calls/c-7?wait=30s" {
-		t.Errorf("pending result: %s", b)
+	for id, path := range map[string]string{"c-7": "/calls/c-7", "q?x=1": "/calls/q%3Fx=1", "a/b#c": "/calls/a%2Fb%23c", "pct%2F": "/calls/pct%252F"} {
+		res := &registry.Result{ToolCallID: id, ToolName: "shell__exec", Status: registry.StatusPendingApproval,
+			Approval: &registry.ApprovalTicket{ID: "apr_1", ArgumentsDigest: "d"}}
+		b, err := json.Marshal(nativeResult(res))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Status   string
+			Approval struct{ ID, Approve, Result string }
+		}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != "pending_approval" || got.Approval.ID != "apr_1" || !strings.Contains(got.Approval.Approve, "POST /approvals/apr_1") ||
+			!strings.Contains(got.Approval.Approve, "approve scope") || got.Approval.Result != "GET "+path+"?wait=30s" {
+			t.Errorf("pending result of %q: %s", id, b)
+		}
 	}
 }
 
