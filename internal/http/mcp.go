@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -325,6 +326,9 @@ func boundBatch(w *jsonRPCErrors, r *http.Request, limit int64) (*mcpWants, *rpc
 			ID json.RawMessage `json:"id"`
 		}
 		if json.Unmarshal(trimmed, &one) == nil {
+			if _, bad := rpcIDKey(one.ID); bad != "" {
+				return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest, bad}
+			}
 			w.id = one.ID
 		}
 		wants.add(trimmed)
@@ -338,10 +342,56 @@ func boundBatch(w *jsonRPCErrors, r *http.Request, limit int64) (*mcpWants, *rpc
 		return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest,
 			fmt.Sprintf("the JSON-RPC batch holds %d messages; at most %d are allowed, so split it", len(batch), registry.MaxBatchCalls)}
 	}
-	for _, msg := range batch {
+	seen := make(map[string]int, len(batch))
+	for i, msg := range batch {
+		var one struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if json.Unmarshal(msg, &one) == nil {
+			key, bad := rpcIDKey(one.ID)
+			if bad != "" {
+				return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest, fmt.Sprintf("message %d of the batch: %s", i+1, bad)}
+			}
+			if j, ok := seen[key]; ok && key != "" {
+				return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest,
+					fmt.Sprintf("messages %d and %d of the batch have the same id %s; each request of a batch needs an id of its own, so that its answer can be told apart", j+1, i+1, one.ID)}
+			}
+			seen[key] = i
+		}
 		wants.add(msg)
 	}
 	return wants, nil
+}
+
+// maxRPCID bounds a numeric JSON-RPC id: the MCP SDK reads ids as
+// doubles, so past 2^53 two ids can be read as one.
+const maxRPCID = 1<<53 - 1
+
+// rpcIDKey returns what tells a request's id apart from others ("" for a
+// notification's absent or null id), or why the id cannot be answered
+// with as sent: the SDK reads a number as an int64 by way of a double, so
+// it would answer 1.5 as 1 and 2^64 as -2^63, and the client could not
+// tell which request an answer is for.
+func rpcIDKey(id json.RawMessage) (key, bad string) {
+	id = bytes.TrimSpace(id)
+	if len(id) == 0 || string(id) == "null" {
+		return "", ""
+	}
+	switch c := id[0]; {
+	case c == '"':
+		var s string
+		if json.Unmarshal(id, &s) != nil {
+			return "", ""
+		}
+		return "s:" + s, ""
+	case c == '-' || (c >= '0' && c <= '9'):
+		n, err := strconv.ParseInt(string(id), 10, 64)
+		if err != nil || n > maxRPCID || n < -maxRPCID {
+			return "", fmt.Sprintf("the id %.40s is not an integer between -(2^53-1) and 2^53-1 (or a string); answers could not carry it back as sent", id)
+		}
+		return "n:" + strconv.FormatInt(n, 10), ""
+	}
+	return "", "" // the SDK refuses other ids
 }
 
 // jsonRPCErrors turns the SDK's text/plain error answers (bad headers,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"regexp"
 	"strings"
@@ -354,6 +355,8 @@ func TestMCPRevision20260728(t *testing.T) {
 func TestMCPWireErrors(t *testing.T) {
 	e := newEnv(t)
 	mcpHeaders := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream", "Mcp-Protocol-Version": "2025-11-25"}
+	batchHeaders := maps.Clone(mcpHeaders)
+	batchHeaders["Mcp-Protocol-Version"] = "2025-03-26" // the last revision with batches
 	var batch []string
 	for i := range 51 {
 		batch = append(batch, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, i))
@@ -370,6 +373,13 @@ func TestMCPWireErrors(t *testing.T) {
 		{"unknown method", `{"jsonrpc":"2.0","id":"q7","method":"foo/bar"}`, mcpHeaders, 400, -32601, `"q7"`},
 		{"batch of 51", "[" + strings.Join(batch, ",") + "]", map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}, 400, -32600, "null"},
 		{"over the body limit", `{"jsonrpc":"2.0","id":"q8","method":"ping"}` + strings.Repeat(" ", 2<<20), mcpHeaders, 413, -32600, "null"},
+		// Ids the SDK would answer with another id (it reads them as doubles).
+		{"id past 2^53", `{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}`, mcpHeaders, 400, -32600, "null"},
+		{"id 2^53", `{"jsonrpc":"2.0","id":9007199254740992,"method":"ping"}`, mcpHeaders, 400, -32600, "null"},
+		{"fractional id", `{"jsonrpc":"2.0","id":1.5,"method":"ping"}`, mcpHeaders, 400, -32600, "null"},
+		{"ids read as one", `[{"jsonrpc":"2.0","id":8.1,"method":"ping"},{"jsonrpc":"2.0","id":8.9,"method":"ping"}]`, batchHeaders, 400, -32600, "null"},
+		{"an id twice", `[{"jsonrpc":"2.0","id":3,"method":"ping"},{"jsonrpc":"2.0","id":3,"method":"ping"}]`, batchHeaders, 400, -32600, "null"},
+		{"a string id twice", `[{"jsonrpc":"2.0","id":"a","method":"ping"},{"jsonrpc":"2.0","id":"a","method":"ping"}]`, batchHeaders, 400, -32600, "null"},
 	} {
 		r := e.do("POST", "/mcp", []byte(c.body), c.header, false)
 		var msg struct {
@@ -382,6 +392,21 @@ func TestMCPWireErrors(t *testing.T) {
 		if err := json.Unmarshal(r.body, &msg); err != nil || r.status != c.status || !strings.HasPrefix(r.header.Get("Content-Type"), "application/json") ||
 			msg.Error.Code != c.code || string(msg.ID) != c.id || msg.Error.Message == "" {
 			t.Errorf("%s: %d %s %s", c.name, r.status, r.header.Get("Content-Type"), r.body)
+		}
+	}
+	// The largest ids that stay exact are answered as sent; a string and a
+	// number of the same digits are two ids.
+	for body, want := range map[string]string{
+		`{"jsonrpc":"2.0","id":9007199254740991,"method":"ping"}`:                               `"id":9007199254740991`,
+		`{"jsonrpc":"2.0","id":-9007199254740991,"method":"ping"}`:                              `"id":-9007199254740991`,
+		`[{"jsonrpc":"2.0","id":3,"method":"ping"},{"jsonrpc":"2.0","id":"3","method":"ping"}]`: `"id":"3"`,
+	} {
+		h := mcpHeaders
+		if strings.HasPrefix(body, "[") {
+			h = batchHeaders
+		}
+		if r := e.do("POST", "/mcp", []byte(body), h, false); r.status != 200 || !strings.Contains(string(r.body), want) {
+			t.Errorf("%s: %d %s", body, r.status, r.body)
 		}
 	}
 	for _, c := range []struct{ method, path, allow string }{
