@@ -124,6 +124,9 @@ func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 			return &c, problem(kindInvalidCall, f.name+" "+msg)
 		}
 	}
+	if c.TimeoutMs < 0 {
+		return &c, problem(kindInvalidCall, fmt.Sprintf("timeoutMs is %d; it is a number of milliseconds, at least 1 (leave it out, or send 0, for the tool's own timeout)", c.TimeoutMs))
+	}
 	return &c, nil
 }
 

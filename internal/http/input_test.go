@@ -257,3 +257,22 @@ func TestProblemsEchoBounded(t *testing.T) {
 		}
 	}
 }
+
+// A negative timeoutMs is refused, in a call and in a batch: it used to
+// be taken as no timeoutMs at all. 0 keeps the tool's timeout.
+func TestNegativeTimeoutRefused(t *testing.T) {
+	e := newEnv(t)
+	h := map[string]string{"Content-Type": "application/json"}
+	r := e.do("POST", "/calls", []byte(`{"toolName":"text__transform","timeoutMs":-5,"arguments":{"operation":"upper","text":"a"}}`), h, false)
+	if r.status != 400 || !strings.Contains(string(r.body), "timeoutMs is -5; it is a number of milliseconds, at least 1") {
+		t.Errorf("timeoutMs -5: %d %s", r.status, r.body)
+	}
+	r = e.do("POST", "/calls/batch", []byte(`{"calls":[{"toolName":"text__transform","timeoutMs":-1,"arguments":{"operation":"upper","text":"a"}}]}`), h, false)
+	if !strings.Contains(string(r.body), "timeoutMs is -1") {
+		t.Errorf("timeoutMs -1 in a batch: %d %s", r.status, r.body)
+	}
+	r = e.do("POST", "/calls", []byte(`{"toolName":"text__transform","timeoutMs":0,"arguments":{"operation":"upper","text":"a"}}`), h, false)
+	if r.status != 200 || !strings.Contains(string(r.body), `"status":"ok"`) {
+		t.Errorf("timeoutMs 0: %d %s", r.status, r.body)
+	}
+}
