@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
 	"syscall"
 	"unicode/utf8"
@@ -68,7 +70,7 @@ func (t *tools) read(ctx context.Context, req *registry.Request) (any, error) {
 	// are read.
 	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, fileError(rel, err)
+		return nil, openError(root, rel, err, "Only regular files can be read.")
 	}
 	defer f.Close()
 	fi, err := f.Stat()
@@ -79,7 +81,7 @@ func (t *tools) read(ctx context.Context, req *registry.Request) (any, error) {
 		return nil, registry.ToolError(fmt.Sprintf("%s is a directory, not a file", quoteShort(rel)), "Use fs__list to see what it contains.")
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, registry.ToolError(fmt.Sprintf("%s is not a regular file (%s)", quoteShort(rel), fi.Mode().Type()), "Only regular files can be read.")
+		return nil, notRegular(rel, fi.Mode(), "Only regular files can be read.")
 	}
 	size := fi.Size()
 	if a.Offset > size {
@@ -138,6 +140,46 @@ func (t *tools) read(ctx context.Context, req *registry.Request) (any, error) {
 		res.NextOffset = &next
 	}
 	return res, nil
+}
+
+// openError is fileError for a failed open of rel beneath root, except
+// that a file that is neither regular nor a directory is reported as
+// such, with hint: an open of one can fail before the caller's own check
+// sees it. On Linux a socket and a FIFO opened for writing with no reader
+// give ENXIO, a device without a driver ENXIO or ENODEV (EPERM where a
+// container's device rules forbid it); BSDs give EOPNOTSUPP for a
+// socket. Whatever the errno, "not a regular file" is the answer a model
+// can act on, so the type is looked up for any failure but a missing or
+// already existing file (whose errors say what matters). root.Stat opens
+// nothing, so it neither blocks on a FIFO nor leaves the root.
+func openError(root *os.Root, rel string, err error, hint string) error {
+	if !errors.Is(err, iofs.ErrNotExist) && !errors.Is(err, iofs.ErrExist) {
+		if fi, serr := root.Stat(rel); serr == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
+			return notRegular(rel, fi.Mode(), hint)
+		}
+	}
+	return fileError(rel, err)
+}
+
+// notRegular is the error for a special file the tools do not open as a
+// file: a named pipe, socket or device.
+func notRegular(rel string, m iofs.FileMode, hint string) error {
+	return registry.ToolError(fmt.Sprintf("%s is not a regular file (%s)", quoteShort(rel), fileKind(m)), hint)
+}
+
+// fileKind names the type of a file that is not regular, in words.
+func fileKind(m iofs.FileMode) string {
+	switch {
+	case m&iofs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&iofs.ModeSocket != 0:
+		return "a socket"
+	case m&iofs.ModeCharDevice != 0:
+		return "a character device"
+	case m&iofs.ModeDevice != 0:
+		return "a block device"
+	}
+	return "a special file"
 }
 
 // fitText returns the longest prefix of valid UTF-8 text whose JSON string

@@ -103,7 +103,7 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 	}
 	f, created, err := openForWrite(wd.Root, rel, flags, mode == "create")
 	if err != nil {
-		return nil, fileError(rel, err)
+		return nil, openError(wd.Root, rel, err, writeHint)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
@@ -111,7 +111,7 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 		return nil, fileError(rel, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, registry.ToolError(fmt.Sprintf("%s is not a regular file (%s)", quoteShort(rel), fi.Mode().Type()), "Only regular files can be written.")
+		return nil, notRegular(rel, fi.Mode(), writeHint)
 	}
 	unlock, err := t.files.lock(ctx, rel, fi)
 	if err != nil {
@@ -137,6 +137,9 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 	}
 	return writeResult{Path: rel, BytesWritten: n, Size: size, Created: created, Mode: mode}, nil
 }
+
+// writeHint is the suggestion for a path fs__write will not write.
+const writeHint = "Only regular files can be written; choose another path."
 
 // roomFor is what writing n bytes to rel takes of the file system: what
 // the file grows by (all of n when appending or creating it), plus a

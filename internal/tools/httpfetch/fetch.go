@@ -166,9 +166,9 @@ func refusedError(r *refusal) *registry.Error {
 const countBound = 256 << 20
 
 // readRest reads the rest of a body cut at limit (read holds what was
-// read, limit+1 bytes) to count it, within the call's deadline and
-// countBound, spilling it all when the service keeps cut outputs. It
-// returns the body's size and the note that says so.
+// read, limit+1 bytes) to count it, within the request's deadline (which
+// ends the body) and countBound, spilling it all when the service keeps
+// cut outputs. It returns the body's size and the note that says so.
 func readRest(ctx context.Context, req *registry.Request, read []byte, body io.Reader, limit int64) (int64, string) {
 	total, exact, spill := req.CountRest(ctx, "body", read, body, countBound)
 	marker := registry.CutMarker(total-limit, total, req.CallID, "body", limit, spill)
@@ -204,10 +204,7 @@ func (f *fetcher) run(ctx context.Context, method string, req *registry.Request)
 			}
 		}
 	}
-	timeout := f.o.Timeout
-	if a.TimeoutMs > 0 {
-		timeout = min(timeout, time.Duration(a.TimeoutMs)*time.Millisecond)
-	}
+	timeout, byArgs := requestTimeout(ctx, f.o.Timeout, a.TimeoutMs)
 	limit := f.o.DefaultBytes
 	if a.MaxBytes > 0 {
 		limit = min(a.MaxBytes, f.o.MaxBytes)
@@ -239,7 +236,7 @@ func (f *fetcher) run(ctx context.Context, method string, req *registry.Request)
 	}
 	resp, err := f.client.Do(hreq)
 	if err != nil {
-		return nil, f.requestError(ctx, rctx, hreq.URL, err, timeout)
+		return nil, f.requestError(ctx, rctx, hreq.URL, err, timeout, byArgs)
 	}
 	defer resp.Body.Close()
 
@@ -278,6 +275,40 @@ func (f *fetcher) run(ctx context.Context, method string, req *registry.Request)
 	return out, nil
 }
 
+// maxReserve bounds the time requestTimeout keeps back from the call.
+const maxReserve = time.Second
+
+// requestTimeout is how long a request may take: the tool's timeout, or
+// the timeoutMs argument when that is shorter (byArgs, so a larger
+// one could help), and in any case less than the time the call has left.
+// At the call's deadline the executor answers E_TIMEOUT and whatever was
+// read is lost, so the request ends first: a tenth of the time left
+// before it, at most maxReserve, kept for counting, rendering and fitting
+// what was read (HTML is not converted once the request's deadline has
+// passed), so the tool answers in its own words with the partial body.
+// A timeout it derives is rounded, so that messages say "29s", not
+// "28.999874s", by less than half the reserve.
+func requestTimeout(ctx context.Context, limit time.Duration, ms int64) (timeout time.Duration, byArgs bool) {
+	timeout = limit
+	if d := time.Duration(ms) * time.Millisecond; ms > 0 && d < timeout {
+		timeout, byArgs = d, true
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return timeout, byArgs
+	}
+	left := time.Until(dl)
+	d := left - min(left/10, maxReserve)
+	if d >= timeout {
+		return timeout, byArgs
+	}
+	if d >= time.Second {
+		// The reserve is more than 100ms here.
+		return d.Round(100 * time.Millisecond), false
+	}
+	return d.Truncate(time.Millisecond), false
+}
+
 // requestHeaders validates the call's headers.
 func (f *fetcher) requestHeaders(in map[string]string) (http.Header, error) {
 	h := make(http.Header, len(in)+2)
@@ -303,7 +334,7 @@ func (f *fetcher) requestHeaders(in map[string]string) (http.Header, error) {
 }
 
 // requestError turns a failed request into an error result.
-func (f *fetcher) requestError(parent, rctx context.Context, requested *url.URL, err error, timeout time.Duration) error {
+func (f *fetcher) requestError(parent, rctx context.Context, requested *url.URL, err error, timeout time.Duration, byArgs bool) error {
 	var r *refusal
 	if errors.As(err, &r) {
 		var ue *url.Error
@@ -316,8 +347,11 @@ func (f *fetcher) requestError(parent, rctx context.Context, requested *url.URL,
 		return parent.Err()
 	}
 	if rctx.Err() != nil {
-		return registry.ToolError(fmt.Sprintf("no response within %s", timeout),
-			fmt.Sprintf("Retry with a larger timeoutMs (at most %d), or try again later.", f.o.Timeout.Milliseconds()))
+		hint := "That is as long as the call may take: the server may be down or overloaded. Try again later, or another URL."
+		if byArgs {
+			hint = fmt.Sprintf("Retry with a larger timeoutMs (at most %d), or try again later.", f.o.Timeout.Milliseconds())
+		}
+		return registry.ToolError(fmt.Sprintf("no response within %s", timeout), hint)
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
