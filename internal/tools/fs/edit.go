@@ -65,7 +65,7 @@ func (t *tools) edit(ctx context.Context, req *registry.Request) (any, error) {
 
 	f, err := root.OpenFile(rel, os.O_RDWR|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, fileError(rel, err)
+		return nil, openError(root, rel, err, editHint)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
@@ -73,7 +73,7 @@ func (t *tools) edit(ctx context.Context, req *registry.Request) (any, error) {
 		return nil, fileError(rel, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, registry.ToolError(fmt.Sprintf("%s is not a regular file (%s)", quoteShort(rel), fi.Mode().Type()), "Only regular text files can be edited.")
+		return nil, notRegular(rel, fi.Mode(), editHint)
 	}
 	unlock, err := t.files.lock(ctx, rel, fi)
 	if err != nil {
@@ -232,3 +232,6 @@ func notFoundError(rel string, content []byte, old string) error {
 	}
 	return registry.ToolError(msg, hint)
 }
+
+// editHint is the suggestion for a path fs__edit will not edit.
+const editHint = "Only regular text files can be edited."

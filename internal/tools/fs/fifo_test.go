@@ -98,10 +98,15 @@ func TestSpecialFilesNamed(t *testing.T) {
 		{"fs__write", "sock", "create", `"sock" already exists`},
 		{"fs__read", "outside-pipe", "", `"outside-pipe" leads outside the workspace (through a symbolic link), so it cannot be used`},
 		{"fs__write", "outside-pipe", "append", `"outside-pipe" leads outside the workspace (through a symbolic link), so it cannot be used`},
+		{"fs__edit", "sock", "", `"sock" is not a regular file (a socket)`},
+		{"fs__edit", "pipe", "", `"pipe" is not a regular file (a named pipe)`},
 	} {
 		args := map[string]any{"path": c.path}
-		if c.tool == "fs__write" {
+		switch c.tool {
+		case "fs__write":
 			args["content"], args["mode"] = "x", c.mode
+		case "fs__edit":
+			args["oldText"], args["newText"] = "x", "y"
 		}
 		err := e.fail("", c.tool, args)
 		if err.Code != registry.CodeTool || err.Message != c.want || err.Suggestion == "" {
