@@ -19,6 +19,16 @@ type jsonChecker struct {
 	decoders sync.Pool
 }
 
+// Interoperable returns nil when b is exactly one I-JSON value (RFC 7493),
+// and otherwise why it is not, in the words the executor uses when it
+// refuses arguments: a member name given twice in one object, a number
+// beyond what a 64-bit float holds, a lone surrogate or invalid UTF-8, or
+// text that is not one JSON value. It is for tools that take JSON from
+// their input; each call makes its own decoder.
+func Interoperable(b []byte) error {
+	return (*jsonChecker)(nil).interoperable(b)
+}
+
 // interoperable returns nil when b is exactly one I-JSON value, and
 // otherwise why it is not. I-JSON is JSON that every conforming parser
 // reads alike: UTF-8 without lone surrogates, unique member names in each

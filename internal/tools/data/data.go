@@ -364,8 +364,16 @@ func parseJSONL(text string, c *collector) error {
 	// A byte order mark is not JSON, and the error would name a character
 	// the model cannot see in its text.
 	text = strings.TrimPrefix(text, "\uFEFF")
+	// Rows reach the model as they are, so they must meet the bar the
+	// service sets for arguments: JSON every parser reads alike. They are
+	// checked together, as one array: one decoder for the call, not one
+	// for each line.
+	all := text
+	array := make([]byte, 1, len(text)+2)
+	array[0] = '['
 	line := 0
-	for len(text) > 0 {
+	var err error
+	for len(text) > 0 && err == nil {
 		line++
 		var l string
 		l, text, _ = strings.Cut(text, "\n")
@@ -374,29 +382,68 @@ func parseJSONL(text string, c *collector) error {
 			continue
 		}
 		var buf bytes.Buffer
-		if err := json.Compact(&buf, []byte(l)); err != nil {
-			msg := err.Error()
+		if cerr := json.Compact(&buf, []byte(l)); cerr != nil {
+			// A line before may be at fault first.
+			if ierr := interoperableRows(all, line-1, array); ierr != nil {
+				return ierr
+			}
+			msg := cerr.Error()
 			var se *json.SyntaxError
-			if errors.As(err, &se) {
-				msg = fmt.Sprintf("column %d: %v", se.Offset, err)
+			if errors.As(cerr, &se) {
+				msg = fmt.Sprintf("column %d: %v", se.Offset, cerr)
 			}
 			return registry.ToolError(fmt.Sprintf("jsonl: line %d: invalid JSON: %s", line, msg),
 				"Each line must hold exactly one complete JSON value (an object such as {\"a\": 1}); a value cannot span lines.")
 		}
-		if err := c.add(json.RawMessage(buf.Bytes())); err != nil {
-			return err
+		if len(array) > 1 {
+			array = append(array, ',')
+		}
+		array = append(array, buf.Bytes()...)
+		err = c.add(json.RawMessage(buf.Bytes()))
+	}
+	if ierr := interoperableRows(all, line, array); ierr != nil {
+		return ierr
+	}
+	return err
+}
+
+// interoperableRows checks that the rows on the first lines of text, held
+// in array as a JSON array without its "]", are I-JSON (RFC 7493), and
+// otherwise names the first line that is not.
+func interoperableRows(text string, lines int, array []byte) error {
+	if len(array) == 1 || registry.Interoperable(append(array, ']')) == nil {
+		return nil
+	}
+	for line := 1; line <= lines; line++ {
+		var l string
+		l, text, _ = strings.Cut(text, "\n")
+		l = strings.TrimRight(l, "\r")
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		if err := registry.Interoperable([]byte(l)); err != nil {
+			return registry.ToolError(fmt.Sprintf("jsonl: line %d: not interoperable JSON (RFC 7493): %v", line, err),
+				`Give each member name once per object, keep numbers within a 64-bit float's range (quote larger ones as strings) and escape only whole surrogate pairs (\ud83d\ude00, not a lone \ud800).`)
 		}
 	}
+	// Only the array's own level of nesting was too deep.
 	return nil
 }
 
 func parseYAML(text string, c *collector) error {
 	dec := yaml.NewDecoder(strings.NewReader(text))
 	for doc := 1; ; doc++ {
-		var v any
-		err := dec.Decode(&v)
+		// Parse first and decode the node: the decoder's checks (repeated
+		// keys, aliases) are those of Decode into a value, and the node
+		// still has the keys as written, with their lines.
+		var n yaml.Node
+		err := dec.Decode(&n)
 		if err == io.EOF {
 			return nil
+		}
+		var v any
+		if err == nil {
+			err = n.Decode(&v)
 		}
 		if err != nil {
 			msg := strings.TrimPrefix(err.Error(), "yaml: ")
@@ -404,47 +451,191 @@ func parseYAML(text string, c *collector) error {
 				// The decoder names the key's Go type.
 				msg = "a mapping key is a sequence or a mapping (a complex key such as \"? [a, b]\"), which a JSON object cannot have"
 			}
-			return registry.ToolError(fmt.Sprintf("yaml document %d: %s", doc, msg),
-				"Fix the YAML at that line: check indentation (spaces, not tabs), quoting and that every mapping key appears once.")
+			return yamlError(doc, msg)
 		}
-		if err := c.add(jsonValue(v)); err != nil {
+		if err := uniqueKeys(&n); err != nil {
+			return yamlError(doc, err.Error())
+		}
+		row, err := jsonValue(v)
+		if err != nil {
+			return yamlError(doc, err.Error())
+		}
+		if err := c.add(row); err != nil {
 			return err
 		}
 	}
 }
 
+func yamlError(doc int, msg string) error {
+	return registry.ToolError(fmt.Sprintf("yaml document %d: %s", doc, msg),
+		"Fix the YAML at that line: check indentation (spaces, not tabs), quoting and that every mapping key appears once.")
+}
+
+// uniqueKeys refuses a mapping two of whose keys become the same JSON
+// object key, such as 1 and 1.0, or null and ~. The decoder refuses only
+// keys written alike; others it either keeps apart in a map[any]any, to
+// collide when jsonValue turns them into strings, or, when they are equal
+// values (1 and 0x1), silently keeps the last.
+func uniqueKeys(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.DocumentNode, yaml.SequenceNode:
+		for _, e := range n.Content {
+			if err := uniqueKeys(e); err != nil {
+				return err
+			}
+		}
+	case yaml.MappingNode:
+		if err := mappingKeys(n); err != nil {
+			return err
+		}
+		for i := 1; i < len(n.Content); i += 2 {
+			if err := uniqueKeys(n.Content[i]); err != nil {
+				return err
+			}
+		}
+	}
+	// Aliases are checked where their anchor is.
+	return nil
+}
+
+func mappingKeys(n *yaml.Node) error {
+	plain := true
+	for i := 0; i < len(n.Content); i += 2 {
+		// An alias key may repeat a string key, unseen by the decoder.
+		if k := n.Content[i]; k.Kind == yaml.AliasNode || k.ShortTag() != "!!str" && !isMerge(k) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		// String keys stay as written, and the decoder refused repeats.
+		return nil
+	}
+	type first struct {
+		line    int
+		written string
+	}
+	seen := make(map[string]first, len(n.Content)/2)
+	for i := 0; i < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if isMerge(k) {
+			continue
+		}
+		written := k.Value
+		if k.Kind == yaml.AliasNode && k.Alias != nil {
+			written = "*" + k.Value
+			k = k.Alias
+		}
+		if k.Kind != yaml.ScalarNode {
+			return fmt.Errorf("line %d: a mapping key is a sequence or a mapping, which a JSON object cannot have", n.Content[i].Line)
+		}
+		var v any
+		if err := k.Decode(&v); err != nil {
+			return errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+		}
+		s, err := keyString(v)
+		if err != nil {
+			return fmt.Errorf("line %d: mapping key %s: %v", n.Content[i].Line, registry.Clip(written, 40), err)
+		}
+		if f, ok := seen[s]; ok {
+			return fmt.Errorf("line %d: mapping key %q already defined at line %d (%s and %s are both the JSON object key %q)",
+				n.Content[i].Line, s, f.line, registry.Clip(f.written, 40), registry.Clip(written, 40), s)
+		}
+		seen[s] = first{n.Content[i].Line, written}
+	}
+	return nil
+}
+
+// isMerge reports whether k is the merge key "<<" (as the decoder has it).
+func isMerge(k *yaml.Node) bool {
+	return k.Kind == yaml.ScalarNode && k.Value == "<<" && (k.Tag == "" || k.Tag == "!" || k.ShortTag() == "!!merge")
+}
+
+// keyString is the JSON object key for a decoded YAML mapping key: the
+// key as jsonValue and encoding/json write the same scalar as a value
+// (null, true, 1.5, RFC 3339 timestamps), without a string's quotes.
+func keyString(k any) (string, error) {
+	switch k.(type) {
+	case string:
+		return k.(string), nil
+	case map[string]any, map[any]any, []any:
+		return "", errors.New("a mapping key is a sequence or a mapping, which a JSON object cannot have")
+	}
+	v, err := jsonValue(k)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	if b[0] != '"' {
+		return string(b), nil
+	}
+	var s string
+	err = json.Unmarshal(b, &s)
+	return s, err
+}
+
 // jsonValue turns a decoded YAML value into one encoding/json can encode:
-// non-string keys become strings, and infinities and NaN become the
-// strings YAML writes them as.
-func jsonValue(v any) any {
+// non-string keys become strings (keyString), and infinities and NaN
+// become the strings YAML writes them as.
+func jsonValue(v any) (any, error) {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {
-			x[k] = jsonValue(e)
+			e, err := jsonValue(e)
+			if err != nil {
+				return nil, err
+			}
+			x[k] = e
 		}
-		return x
+		return x, nil
 	case map[any]any:
 		m := make(map[string]any, len(x))
+		// uniqueKeys has refused keys that collide as written; keys that
+		// collide here came in through a merge key ("<<"). Name the least
+		// one, so the error does not depend on the map's order.
+		var dup *string
 		for k, e := range x {
-			m[fmt.Sprint(k)] = jsonValue(e)
+			s, err := keyString(k)
+			if err != nil {
+				return nil, err
+			}
+			if _, ok := m[s]; ok {
+				if dup == nil || s < *dup {
+					dup = &s
+				}
+				continue
+			}
+			if m[s], err = jsonValue(e); err != nil {
+				return nil, err
+			}
 		}
-		return m
+		if dup != nil {
+			return nil, fmt.Errorf("mapping key %q defined twice: two keys of one mapping, one of them merged in with \"<<\", are both the JSON object key %q", *dup, *dup)
+		}
+		return m, nil
 	case []any:
 		for i, e := range x {
-			x[i] = jsonValue(e)
+			e, err := jsonValue(e)
+			if err != nil {
+				return nil, err
+			}
+			x[i] = e
 		}
-		return x
+		return x, nil
 	case float64:
 		switch {
 		case math.IsNaN(x):
-			return ".nan"
+			return ".nan", nil
 		case math.IsInf(x, 1):
-			return ".inf"
+			return ".inf", nil
 		case math.IsInf(x, -1):
-			return "-.inf"
+			return "-.inf", nil
 		}
 	case []byte:
-		return string(x)
+		return string(x), nil
 	}
-	return v
+	return v, nil
 }

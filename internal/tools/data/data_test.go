@@ -108,6 +108,10 @@ func TestParse(t *testing.T) {
 			`[{"a":[1,2,{"b":null}]}]`, nil},
 		{"yaml timestamps as RFC 3339", map[string]any{"format": "yaml", "text": "when: 2024-01-02\nat: 2024-01-02T03:04:05Z\n"},
 			`[{"at":"2024-01-02T03:04:05Z","when":"2024-01-02T00:00:00Z"}]`, nil},
+		{"yaml keys as the values they are", map[string]any{"format": "yaml", "text": "1: a\n2.50: b\n1e3: c\ntrue: d\nnull: e\n2001-12-14: f\n-.inf: g\n0x10: h\nk: {~: i, false: j}\n"},
+			`[{"-.inf":"g","1":"a","1000":"c","16":"h","2.5":"b","2001-12-14T00:00:00Z":"f","k":{"false":"j","null":"i"},"null":"e","true":"d"}]`, nil},
+		{"yaml anchored and merged keys", map[string]any{"format": "yaml", "text": "base: &b {&one 1: x, 2: y}\nm:\n  <<: *b\n  *one : z\n  3: w\n"},
+			`[{"base":{"1":"x","2":"y"},"m":{"1":"z","2":"y","3":"w"}}]`, nil},
 		{"empty csv", map[string]any{"format": "csv", "text": ""}, `[]`, nil},
 	}
 	for _, c := range cases {
@@ -144,6 +148,27 @@ func TestParseErrors(t *testing.T) {
 		{"yaml syntax", map[string]any{"format": "yaml", "text": "a: 1\nb: [1,\n c: 2\n"}, registry.CodeTool, []string{"yaml document 1", "line "}},
 		{"yaml duplicate key", map[string]any{"format": "yaml", "text": "x: 1\n---\ny: 1\ny: 2\n"}, registry.CodeTool, []string{"yaml document 2", "line 4", `"y" already defined`}},
 		{"yaml complex key", map[string]any{"format": "yaml", "text": "? [a, b]\n: 1\n"}, registry.CodeTool, []string{"yaml document 1", "mapping key is a sequence or a mapping"}},
+		{"yaml keys alike as JSON", map[string]any{"format": "yaml", "text": "1: a\n1.0: b\n0x1: c\n"}, registry.CodeTool,
+			[]string{"yaml document 1", `line 2: mapping key "1" already defined at line 1`, "1 and 1.0"}},
+		{"yaml equal keys", map[string]any{"format": "yaml", "text": "k: v\n---\n1: a\n0x1: b\n"}, registry.CodeTool,
+			[]string{"yaml document 2", `line 4: mapping key "1" already defined at line 3`, "1 and 0x1"}},
+		{"yaml null keys", map[string]any{"format": "yaml", "text": "x:\n  null: a\n  ~: b\n"}, registry.CodeTool,
+			[]string{`line 3: mapping key "null" already defined at line 2`}},
+		{"yaml timestamp and string key", map[string]any{"format": "yaml", "text": "2001-12-14: a\n\"2001-12-14T00:00:00Z\": b\n"}, registry.CodeTool,
+			[]string{`line 2: mapping key "2001-12-14T00:00:00Z" already defined at line 1`}},
+		{"yaml alias repeats a key", map[string]any{"format": "yaml", "text": "&k a: 1\n*k : 2\n"}, registry.CodeTool,
+			[]string{`line 2: mapping key "a" already defined at line 1`, "a and *k"}},
+		{"yaml merged key alike", map[string]any{"format": "yaml", "text": "b: &b {1: x}\nm:\n  <<: *b\n  1.0: y\n"}, registry.CodeTool,
+			[]string{"yaml document 1", `mapping key "1" defined twice`, "merged in"}},
+		{"yaml mapping as key", map[string]any{"format": "yaml", "text": "? {a: 1}\n: x\n"}, registry.CodeTool, []string{"mapping key is a sequence or a mapping"}},
+		{"jsonl duplicate member", map[string]any{"format": "jsonl", "text": "{\"a\":1}\n{\"a\":1,\"a\":2}\n"}, registry.CodeTool,
+			[]string{"jsonl: line 2: not interoperable JSON (RFC 7493)", `duplicate object member name "a"`, "once per object"}},
+		{"jsonl number too large", map[string]any{"format": "jsonl", "text": "\n{\"a\": [1e400]}\n"}, registry.CodeTool,
+			[]string{"jsonl: line 2: not interoperable JSON (RFC 7493)", "1e400", "64-bit float"}},
+		{"jsonl duplicate before bad JSON", map[string]any{"format": "jsonl", "text": "1\n{\"b\":[{\"c\":1,\"c\":2}]}\n{\"a\":}\n"}, registry.CodeTool,
+			[]string{"jsonl: line 2: not interoperable JSON (RFC 7493)", `duplicate object member name "c"`}},
+		{"jsonl lone surrogate", map[string]any{"format": "jsonl", "text": `"\ud800"`}, registry.CodeTool,
+			[]string{"jsonl: line 1: not interoperable JSON (RFC 7493)", "surrogate"}},
 		{"input too large", map[string]any{"format": "csv", "text": strings.Repeat("é", 600)}, registry.CodeInvalidArguments, []string{"1200 bytes", "limit is 1000"}},
 		{"delimiter for yaml", map[string]any{"format": "yaml", "text": "a: 1", "delimiter": ";"}, registry.CodeInvalidArguments, []string{"csv only"}},
 		{"header for jsonl", map[string]any{"format": "jsonl", "text": "1", "header": true}, registry.CodeInvalidArguments, []string{"csv and tsv only"}},
@@ -168,6 +193,33 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("no suggestion: %+v", err)
 			}
 		})
+	}
+}
+
+// Rows are checked as one array, one level deeper than each: a row as
+// deep as JSON may be is still accepted.
+func TestJSONLDeepestRow(t *testing.T) {
+	deep := strings.Repeat("[", 10000) + strings.Repeat("]", 10000)
+	args, _ := json.Marshal(map[string]any{"format": "jsonl", "text": "[1]\n" + deep + "\n"})
+	out, err := Tools(Options{})[0].Handler.Run(context.Background(), &registry.Request{Name: "data__parse", Arguments: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := out.(*Result); len(r.Rows) != 2 || string(r.Rows[1].(json.RawMessage)) != deep {
+		t.Errorf("%d rows", len(r.Rows))
+	}
+}
+
+// Keys that collide only once merged in are found in a Go map; which
+// one the error names must not depend on the map's order.
+func TestYAMLKeyErrorsAreDeterministic(t *testing.T) {
+	h := newHarness(t, Options{}, 1<<20)
+	text := "b: &b {1: x, 2: x, 3: x, 4: x}\nm:\n  <<: *b\n  4.0: y\n  3.0: y\n  2.0: y\n"
+	for range 50 {
+		err := h.fail(map[string]any{"format": "yaml", "text": text})
+		if !strings.Contains(err.Message, `mapping key "2" defined twice`) {
+			t.Fatalf("%s", err.Message)
+		}
 	}
 }
 
