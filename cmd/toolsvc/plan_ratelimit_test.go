@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -13,7 +11,7 @@ import (
 // caller's bucket and from each tool rule's. Plans used to take one token
 // for themselves and run up to 50 steps past every limit.
 func TestPlanStepsTakeRateLimitTokens(t *testing.T) {
-	dir := t.TempDir()
+	c := newConfigDir(t)
 	doc := `apiVersion: toolsvc/v1
 kind: Caller
 metadata: {name: agent}
@@ -24,10 +22,8 @@ spec:
     burst: 5
     tools: [{tools: ["text__*"], perSecond: 0.001, burst: 2}]
 `
-	if err := os.WriteFile(filepath.Join(dir, "callers.yaml"), []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	in := start(t, "TOOLSVC_CONFIG="+dir, "TOOLSVC_PLAN_TOOL=true", "TOOLSVC_WATCH=true")
+	c.write("callers.yaml", doc, 0o600)
+	in := start(t, "TOOLSVC_CONFIG="+c.dir, "TOOLSVC_PLAN_TOOL=true", "TOOLSVC_WATCH=true")
 	plan := func(tool string, n int) (int, result) {
 		steps := make([]string, n)
 		for i := range steps {
@@ -50,9 +46,7 @@ spec:
 	}
 	// A reload builds the plan tool again: its steps stay limited.
 	in.waitFor("the watcher", func() bool { return strings.Contains(in.logs.String(), "watching the configuration") })
-	if err := os.WriteFile(filepath.Join(dir, "callers.yaml"), []byte(doc+"# reloaded\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	c.write("callers.yaml", doc+"# reloaded\n", 0o600)
 	in.waitFor("the reload", func() bool {
 		return strings.Contains(in.get("/metrics"), `toolsvc_config_reloads_total{result="ok"} 1`)
 	})

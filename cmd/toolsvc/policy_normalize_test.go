@@ -15,7 +15,7 @@ import (
 // "./notes/todo.md" and "HTTP://…", which the tools read as the paths and
 // URL the rules name.
 func TestPolicySeesTheArgumentsTheToolUses(t *testing.T) {
-	conf := t.TempDir()
+	c := newConfigDir(t)
 	policy, err := os.ReadFile("../../examples/policy/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -34,13 +34,10 @@ spec:
   tools: ["http__*"]
   scopes: [call]
 `)...)
-	for name, b := range map[string][]byte{"policy.yaml": policy, "callers.yaml": callers} {
-		if err := os.WriteFile(filepath.Join(conf, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.write("policy.yaml", string(policy), 0o600)
+	c.write("callers.yaml", string(callers), 0o600)
 	ws := t.TempDir()
-	in := start(t, "TOOLSVC_WORKSPACE="+ws, "TOOLSVC_CONFIG="+conf, "TOOLSVC_API_KEY=root-key")
+	in := start(t, "TOOLSVC_WORKSPACE="+ws, "TOOLSVC_CONFIG="+c.dir, "TOOLSVC_API_KEY=root-key")
 
 	for _, path := range []string{"./.git/config", ".git//config", "./.git/./config", ".//a.env"} {
 		status, r := in.as("agent-token", "POST", "/calls", `{"toolName":"fs__write","arguments":{"path":"`+path+`","content":"x"}}`)
