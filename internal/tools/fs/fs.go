@@ -132,7 +132,7 @@ func (t *tools) define(export, description string, tier registry.Tier, schema st
 // A final "/" stays, since it says the path names a directory.
 func normalizePath(args map[string]any) bool {
 	p, ok := args["path"].(string)
-	if !ok || p == "" {
+	if !ok || p == "" || isClean(p) {
 		return false
 	}
 	clean, err := cleanPath("path", p, false)
@@ -237,6 +237,24 @@ func cleanPath(arg, p string, emptyIsRoot bool) (string, error) {
 		return ".", nil
 	}
 	return strings.Join(kept, "/"), nil
+}
+
+// isClean reports, without allocating, that cleanPath would return p as
+// it is: "." or names without empty, "." or ".." components.
+func isClean(p string) bool {
+	if p == "." {
+		return true
+	}
+	for {
+		seg, rest, more := strings.Cut(p, "/")
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+		if !more {
+			return true
+		}
+		p = rest
+	}
 }
 
 // quoteShort quotes s for a message, cutting it when it is long.
