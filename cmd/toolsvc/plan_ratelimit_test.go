@@ -52,7 +52,7 @@ spec:
 	})
 	// caller 3: three text steps can never pass text__*'s burst of 2.
 	code, r = plan("text__transform", 3)
-	if code != 200 || r.code() != "E_INVALID_ARGUMENTS" || !strings.Contains(r.Error.Message, "at most 2 such steps") {
+	if code != 200 || r.code() != "E_INVALID_ARGUMENTS" || !strings.Contains(r.Error.Message, "3 steps count against the tool rate limit, whose burst is 2; at most 2 such steps") {
 		t.Fatalf("three text steps against a burst of 2: %d %s %+v", code, r.code(), r.Error)
 	}
 	// caller 2: the plan's own call takes one, its two steps one more than is left.
@@ -62,7 +62,7 @@ spec:
 	}
 	// caller 1: five steps and the plan's own call are more than a burst of 5.
 	code, r = plan("fs__stat", 5)
-	if code != 200 || r.code() != "E_INVALID_ARGUMENTS" || !strings.Contains(r.Error.Message, "at most 4 such steps") {
+	if code != 200 || r.code() != "E_INVALID_ARGUMENTS" || !strings.Contains(r.Error.Message, "whose burst is 5, and this call took 1 of it; at most 4 such steps") {
 		t.Fatalf("five steps against a burst of 5 with the plan's own call: %d %s %+v", code, r.code(), r.Error)
 	}
 	// caller 0: the plan itself is refused at the door.

@@ -210,9 +210,13 @@ func (s *Server) LimitSteps(ctx context.Context, caller *registry.Caller, held s
 		return nil
 	case errors.As(err, &ob):
 		most := ob.burst - ob.held
+		took := ""
+		if ob.held > 0 {
+			took = fmt.Sprintf(", and this call took %d of it", ob.held)
+		}
 		return &registry.Error{Code: registry.CodeInvalidArguments,
-			Message: fmt.Sprintf("no step ran: %d steps count against the %s rate limit, whose burst is %d, and this call took %d of it; at most %d such steps can run in one call",
-				ob.n, ob.kind, ob.burst, ob.held, most),
+			Message: fmt.Sprintf("no step ran: %d steps count against the %s rate limit, whose burst is %d%s; at most %d such steps can run in one call",
+				ob.n, ob.kind, ob.burst, took, most),
 			Suggestion: fmt.Sprintf("Split the steps into calls of at most %d steps each.", max(most, 0))}
 	case errors.As(err, &rl) && rl.err != nil:
 		return &registry.Error{Code: registry.CodeTool,
