@@ -206,6 +206,11 @@ func (t *TokenIdentity) Token(ctx context.Context, token string) (*registry.Call
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return nil, &AuthError{Status: http.StatusServiceUnavailable, Description: "the token could not be checked in time; retry", Err: err}
 		}
+		if strings.HasPrefix(err.Error(), "oidc: failed to unmarshal claims") {
+			// The signature verified; a claim the verifier reads has a
+			// type of its own.
+			return nil, refuse(wrongClaim(jws.UnsafePayloadWithoutVerification()), err)
+		}
 		return nil, refuse("the token's signature could not be verified", err)
 	}
 	var claims map[string]any
@@ -241,6 +246,45 @@ func (t *TokenIdentity) Token(ctx context.Context, token string) (*registry.Call
 		return nil, &AuthError{Status: http.StatusForbidden, Code: "insufficient_scope", Description: err.Error(), Issuers: []string{is.Issuer}}
 	}
 	return c, nil
+}
+
+// wrongClaim says which registered claim of a token's payload does not
+// have the JSON type RFC 7519 (or OpenID Connect, for the claims the
+// verifier reads) gives it.
+func wrongClaim(payload []byte) string {
+	var c map[string]json.RawMessage
+	if json.Unmarshal(payload, &c) != nil {
+		return "the token's claims are not a JSON object"
+	}
+	is := func(k string, v any) bool {
+		r, ok := c[k]
+		return !ok || json.Unmarshal(r, v) == nil
+	}
+	var s string
+	var list []string
+	var n json.Number
+	var names map[string]string
+	var sources map[string]struct {
+		Endpoint    string `json:"endpoint"`
+		AccessToken string `json:"access_token"`
+	}
+	for _, k := range []string{"sub", "nonce", "at_hash"} {
+		if !is(k, &s) {
+			return "the token's " + k + " is not a string"
+		}
+	}
+	if !is("aud", &s) && !is("aud", &list) {
+		return "the token's aud is not a string or a list of strings"
+	}
+	for _, k := range []string{"exp", "nbf", "iat"} {
+		if !is(k, &n) {
+			return "the token's " + k + " is not a number (RFC 7519 NumericDate)"
+		}
+	}
+	if !is("_claim_names", &names) || !is("_claim_sources", &sources) {
+		return "the token's _claim_names or _claim_sources is not of the form OpenID Connect gives distributed claims"
+	}
+	return "the token's claims do not have the types JWT gives them"
 }
 
 // keySet is an issuer's cached keys. It implements oidc.KeySet: a kid it

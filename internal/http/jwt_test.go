@@ -216,6 +216,13 @@ func TestJWTCallers(t *testing.T) {
 		{"nbf a string", sign(t, k1, "k1", p.claims("alice", map[string]any{"nbf": strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)})), "nbf is not a number"},
 		{"exp a string", sign(t, k1, "k1", p.claims("alice", map[string]any{"exp": "9999999999"})), "exp is not a number"},
 		{"iat a string", sign(t, k1, "k1", p.claims("alice", map[string]any{"iat": "1"})), "iat is not a number"},
+		// Claims the verifier reads with fixed types: a signed token whose
+		// claim has another is not a bad signature.
+		{"iat not a number", sign(t, k1, "k1", p.claims("alice", map[string]any{"iat": "x"})), "the token's iat is not a number"},
+		{"aud a number", sign(t, k1, "k1", p.claims("alice", map[string]any{"aud": 5})), "the token's aud is not a string or a list of strings"},
+		{"sub a number", sign(t, k1, "k1", p.claims("alice", map[string]any{"sub": 5})), "the token's sub is not a string"},
+		{"_claim_names odd", sign(t, k1, "k1", p.claims("alice", map[string]any{"_claim_names": []int{1}})), "_claim_names or _claim_sources"},
+		{"aud a number, wrong key", sign(t, k9, "k1", p.claims("alice", map[string]any{"aud": 5})), "signature could not be verified"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do("GET", "/tools", nil, bearerHeader(tc.token), true)
