@@ -360,7 +360,7 @@ func (d *Dispatcher) deliver(ctx context.Context, t *Target, job delivery) {
 			return
 		}
 		var p permanent
-		refused := errors.As(err, &p) && p.status/100 == 4 && p.status != http.StatusRequestTimeout && p.status != http.StatusTooManyRequests
+		refused := errors.As(err, &p) && p.final()
 		if attempt >= t.maxAttempts || ctx.Err() != nil || refused {
 			result := "failed"
 			if ctx.Err() != nil {
@@ -381,11 +381,21 @@ func (d *Dispatcher) deliver(ctx context.Context, t *Target, job delivery) {
 	}
 }
 
-// permanent is a receiver's answer other than 2xx; a 4xx other than 408
-// and 429 is not retried.
+// permanent is a receiver's answer other than 2xx.
 type permanent struct{ status int }
 
-func (p permanent) Error() string { return "the receiver answered " + strconv.Itoa(p.status) }
+// final reports whether the answer would be the same if asked again: a
+// redirect (which is not followed) and a 4xx other than 408 and 429.
+func (p permanent) final() bool {
+	return p.status/100 == 3 || p.status/100 == 4 && p.status != http.StatusRequestTimeout && p.status != http.StatusTooManyRequests
+}
+
+func (p permanent) Error() string {
+	if p.status/100 == 3 {
+		return "the receiver answered " + strconv.Itoa(p.status) + ", a redirect, which is not followed: give the notifier the URL it redirects to"
+	}
+	return "the receiver answered " + strconv.Itoa(p.status)
+}
 
 func (d *Dispatcher) send(ctx context.Context, t *Target, job delivery) error {
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)

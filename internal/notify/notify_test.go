@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,6 +220,35 @@ func TestRetriesWithBackoffThenFails(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(metricVec(t, metrics, "toolsvc_notification_retries_total", "flaky")); n != 3 {
 		t.Errorf("retries = %v; want 3", n)
+	}
+}
+
+// A redirect is not followed, so asking again gets it again: the delivery
+// is given up at once, as for a 4xx, not retried until attempts run out.
+func TestRedirectIsNotRetried(t *testing.T) {
+	var attempts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempts.Add(1)
+		http.Redirect(w, r, "/elsewhere", http.StatusFound)
+	}))
+	defer srv.Close()
+	metrics := prometheus.NewRegistry()
+	d := notify.New(notify.Options{Registerer: metrics, Backoff: 20 * time.Millisecond})
+	defer d.Close()
+	d.Load([]*notify.Target{target(t, "moved", notify.Spec{Type: "webhook", URL: srv.URL, MaxAttempts: 4})})
+	d.ObserveApproval(registry.ApprovalEvent{Kind: registry.EventApprovalRequested, Approval: registry.Approval{ID: "apr_1"}})
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(metricVec(t, metrics, "toolsvc_notifications_total", "moved", "failed")) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the delivery was not given up within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := attempts.Load(); n != 1 {
+		t.Errorf("attempts = %d; want 1", n)
+	}
+	if n := testutil.ToFloat64(metricVec(t, metrics, "toolsvc_notification_retries_total", "moved")); n != 0 {
+		t.Errorf("retries = %v; want 0", n)
 	}
 }
 
