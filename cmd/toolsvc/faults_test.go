@@ -318,3 +318,40 @@ func TestFaultPostgresBlackholedShutdown(t *testing.T) {
 		t.Fatalf("still running %s after SIGTERM with the database blackholed:\n%s", limit, p.log())
 	}
 }
+
+// TestFaultSpillsLeaveRoomForCalls: kept outputs stop short of filling
+// the embedded store's volume. A read-only call could spill until the disk
+// was full, after which no call could be recorded (503), readiness failed,
+// and the sweep could not delete the expired spills (a DELETE needs room
+// in WAL mode), so the service stayed down until someone freed space.
+func TestFaultSpillsLeaveRoomForCalls(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a 16 MiB tmpfs (needs root): %v %s", err, out)
+	}
+	defer exec.Command("umount", "-l", dir).Run()
+	p := startBinary(t, "TOOLSVC_DATA_DIR="+filepath.Join(dir, "data"))
+	notKept := 0
+	for i := range 8 {
+		// 3 MB of output each, cut to the output limit and kept.
+		a := p.send("POST", "/calls", fmt.Sprintf(`{"toolCallId":"big%d","toolName":"json__query","arguments":{"program":"\"x\" * 3000000","input":null}}`, i))
+		if a.status != 200 || a.res.Status != "ok" {
+			t.Fatalf("call %d: %d %s", i, a.status, a.body)
+		}
+		if strings.Contains(string(a.res.Output), "the full output was not kept") {
+			notKept++
+		}
+	}
+	if notKept == 0 {
+		t.Fatalf("24 MB of outputs were all kept on a 16 MiB volume")
+	}
+	if !strings.Contains(p.log(), "kept outputs leave") {
+		t.Errorf("the log does not say why outputs were not kept:\n%s", p.log())
+	}
+	if r := p.send("GET", "/readyz", ""); r.status != 200 {
+		t.Errorf("/readyz with the volume's reserve left: %d %s", r.status, r.body)
+	}
+	if a := p.send("POST", "/calls", `{"toolName":"fs__write","arguments":{"path":"after.txt","content":"x"}}`); a.status != 200 || a.res.Status != "ok" {
+		t.Errorf("a call that must be recorded, after the spills: %d %s", a.status, a.body)
+	}
+}

@@ -81,6 +81,9 @@ type Store struct {
 	stmts  map[string]*sql.Stmt // preparedSQL on w
 	sql    *store.SQL
 	store.Spills
+	// dir is the directory of the database file, whose volume spills
+	// leave room on (spillRoom).
+	dir string
 
 	stop      context.CancelFunc
 	done      chan struct{}
@@ -108,6 +111,7 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite store: %w", err)
 	}
 	s := &Store{
+		dir:    filepath.Dir(abs),
 		lock:   lock,
 		id:     newInstanceID(),
 		now:    o.Now,

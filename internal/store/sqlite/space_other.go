@@ -1,0 +1,7 @@
+//go:build !unix
+
+package sqlite
+
+// volumeSpace cannot ask the volume here: spills are bounded by
+// TOOLSVC_SPILL_TOTAL_BYTES only.
+func volumeSpace(string) (free, size int64, ok bool) { return 0, 0, false }
