@@ -77,6 +77,27 @@ func AsError(err error) *Error {
 
 // truncateMessage cuts s to at most limit characters (runes), on a
 // character boundary, marking the cut.
+// clipMessage bounds an error message to limit characters, keeping its
+// beginning (what failed) and its end (where a program's last words, the
+// error itself, usually are) around a mark that says how much was left
+// out.
+func clipMessage(s string, limit int) string {
+	n := utf8.RuneCountInString(s)
+	if limit <= 0 || n <= limit {
+		return s
+	}
+	mark := fmt.Sprintf(" … [%d characters omitted] … ", n)
+	keep := limit - utf8.RuneCountInString(mark)
+	if keep < 2 {
+		return truncateMessage(s, limit)
+	}
+	head := keep / 3
+	mark = fmt.Sprintf(" … [%d characters omitted] … ", n-keep)
+	keep = limit - utf8.RuneCountInString(mark) // the count is no longer
+	runes := []rune(s)
+	return string(runes[:head]) + mark + string(runes[n-(keep-head):])
+}
+
 func truncateMessage(s string, limit int) string {
 	if limit <= 0 || utf8.RuneCountInString(s) <= limit {
 		return s

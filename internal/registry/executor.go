@@ -897,7 +897,7 @@ func (e *Executor) toError(err error, tool *Tool) *Error {
 			out.Name = tool.Name
 		}
 	}
-	out.Message = truncateMessage(strings.ToValidUTF8(out.Message, "\uFFFD"), limit)
+	out.Message = clipMessage(strings.ToValidUTF8(out.Message, "\uFFFD"), limit)
 	return out
 }
 

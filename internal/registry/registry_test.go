@@ -226,7 +226,9 @@ func TestTimeoutPanicAndLimits(t *testing.T) {
 	stubborn := Func(func(ctx context.Context, r *Request) (any, error) { <-block; return "late", nil })
 	polite := Func(func(ctx context.Context, r *Request) (any, error) { <-ctx.Done(); return nil, ctx.Err() })
 	boom := Func(func(ctx context.Context, r *Request) (any, error) { panic("kaboom: secret detail") })
-	long := Func(func(ctx context.Context, r *Request) (any, error) { return nil, errors.New(strings.Repeat("é", 5000)) })
+	long := Func(func(ctx context.Context, r *Request) (any, error) {
+		return nil, errors.New("BEGIN " + strings.Repeat("é", 5000) + " THE REAL ERROR")
+	})
 	ts, tp := tool("t__stubborn", ReadOnly, stubborn), tool("t__polite", ReadOnly, polite)
 	ts.Timeout, tp.Timeout = 50*time.Millisecond, 10*time.Second
 	tl := tool("t__long", ReadOnly, long)
@@ -267,8 +269,10 @@ func TestTimeoutPanicAndLimits(t *testing.T) {
 		t.Errorf("panic: %+v", res.Error)
 	}
 	res = mustExec(t, e, nil, &Call{ToolName: "t__long", Arguments: args})
-	if n := utf8.RuneCountInString(res.Error.Message); n != 100 || !strings.HasSuffix(res.Error.Message, "[truncated]") {
-		t.Errorf("message limit: %d runes: %q", n, res.Error.Message)
+	// Cut in the middle: a program's error is at the end of what it wrote.
+	if m := res.Error.Message; utf8.RuneCountInString(m) != 100 || !strings.HasPrefix(m, "BEGIN éé") ||
+		!strings.Contains(m, " … [4952 characters omitted] … ") || !strings.HasSuffix(m, "éé THE REAL ERROR") {
+		t.Errorf("message limit: %d runes: %q", utf8.RuneCountInString(m), m)
 	}
 }
 

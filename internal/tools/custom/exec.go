@@ -23,8 +23,10 @@ import (
 	"github.com/toolsvc/toolsvc/internal/tools/workspace"
 )
 
-// stderrLimit bounds the stderr kept for an error message; the executor
-// cuts the message further to the tool's errorMessageLimit.
+// stderrLimit bounds the stderr kept for an error message, its first
+// quarter from the beginning and the rest from the end, where a program's
+// error usually is; the executor cuts the message further to the tool's
+// errorMessageLimit, also keeping its beginning and end.
 const stderrLimit = 16 << 10
 
 // defaultOutputLimit bounds stdout when a request carries no limit.
@@ -157,7 +159,7 @@ func (b *execBackend) run(ctx context.Context, req *registry.Request, export str
 	if limit <= 0 {
 		limit = defaultOutputLimit
 	}
-	stderr := sandbox.NewCapture(stderrLimit)
+	stderr := sandbox.NewHeadTail(stderrLimit, stderrLimit/4)
 	// Room for the marker and for the escapes of a cut output, which is
 	// returned as a JSON string.
 	stdout := stream.New(ctx, req, "stdout", max((limit-512)*2/3, 256))
@@ -181,13 +183,23 @@ func (b *execBackend) run(ctx context.Context, req *registry.Request, export str
 	case err != nil:
 		return nil, err // the context ended: the executor reports timeout or cancellation
 	case res.ExitCode != 0:
-		return nil, exitError(res.ExitCode, stderr.String())
+		return nil, exitError(res.ExitCode, stderrText(stderr))
 	}
 	out := []byte(stdout.Text(req))
 	if stdout.Truncated() {
 		req.ReportTruncated(stdout.Total())
 	}
 	return output(out, stdout.Truncated()), nil
+}
+
+// stderrText is what the program wrote to stderr: all of it, or its
+// beginning and end with what was left out between them said.
+func stderrText(c *sandbox.Capture) string {
+	head, tail, omitted := c.Parts()
+	if omitted == 0 {
+		return string(head) + string(tail)
+	}
+	return fmt.Sprintf("%s … [%d bytes of stderr omitted] … %s", head, omitted, tail)
 }
 
 func exitError(code int, stderr string) error {

@@ -53,9 +53,17 @@ func TestExecFailures(t *testing.T) {
 	f := newFixture(t, sandbox.ModeBestEffort)
 	e := f.executor(helperTool(t, "bad", "fail", "") + "---\n" + helperTool(t, "mute", "silent-fail", "") + "---\n" +
 		helperTool(t, "slow", "hang", "") + "---\n" + helperTool(t, "flood", "flood", ""))
+	e2 := f.executor(helperTool(t, "chatty", "log-then-fail", ""))
 	res := call(t, e, context.Background(), &registry.Call{ToolName: "bad__run"})
 	if res.Code() != registry.CodeTool || res.Error.Message != "the program exited with status 3: cannot do that: the file is missing" {
 		t.Errorf("failing program: %+v", res.Error)
+	}
+	// A program that logs before it fails: its error is at the end of
+	// stderr, past what the head alone keeps.
+	res = call(t, e2, context.Background(), &registry.Call{ToolName: "chatty__run"})
+	if m := res.Error.Message; res.Code() != registry.CodeTool || !strings.HasPrefix(m, "the program exited with status 1: INFO step 0 ") ||
+		!strings.HasSuffix(m, "ValueError: THE REAL ERROR at the end") || !strings.Contains(m, "characters omitted") {
+		t.Errorf("a program that logs, then fails: %+v", res.Error)
 	}
 	res = call(t, e, context.Background(), &registry.Call{ToolName: "mute__run"})
 	if res.Code() != registry.CodeTool || !strings.Contains(res.Error.Message, "status 4 and wrote nothing to stderr") {

@@ -46,6 +46,12 @@ func execHelper(args []string) int {
 		return 3
 	case "silent-fail":
 		return 4
+	case "log-then-fail": // 2,000 lines of log, then the error
+		for i := range 2000 {
+			fmt.Fprintf(os.Stderr, "INFO step %d of the work went fine\n", i)
+		}
+		fmt.Fprintln(os.Stderr, "ValueError: THE REAL ERROR at the end")
+		return 1
 	case "flood":
 		chunk := strings.Repeat("x", 1<<16)
 		for range 200 { // 12.5 MiB
