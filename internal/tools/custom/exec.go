@@ -160,9 +160,9 @@ func (b *execBackend) run(ctx context.Context, req *registry.Request, export str
 		limit = defaultOutputLimit
 	}
 	stderr := sandbox.NewHeadTail(stderrLimit, stderrLimit/4)
-	// Room for the marker and for the escapes of a cut output, which is
-	// returned as a JSON string.
-	stdout := stream.New(ctx, req, "stdout", max((limit-512)*2/3, 256))
+	// A cut output is returned as a JSON string: TextWithin fits what is
+	// kept, escapes and marker, to the limit.
+	stdout := stream.New(ctx, req, "stdout", max(limit, 256))
 	res, err := b.sb.Run(ctx, sandbox.Spec{
 		Args:           b.argv,
 		Workspace:      wd.Path,
@@ -185,7 +185,7 @@ func (b *execBackend) run(ctx context.Context, req *registry.Request, export str
 	case res.ExitCode != 0:
 		return nil, exitError(res.ExitCode, stderrText(stderr))
 	}
-	out := []byte(stdout.Text(req))
+	out := []byte(stdout.TextWithin(req, limit))
 	if stdout.Truncated() {
 		req.ReportTruncated(stdout.Total())
 	}

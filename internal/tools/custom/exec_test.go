@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,26 @@ func TestExecFailures(t *testing.T) {
 		t.Errorf("flood: originalBytes %d, the program wrote %d", res.OriginalBytes, floodBytes)
 	}
 }
+
+// A cut output that escapes to more than its length (control characters
+// take six bytes as JSON) keeps its end and its marker: it was cut a second
+// time, from the front, losing both.
+func TestExecCutOutputKeepsItsEnd(t *testing.T) {
+	f := newFixture(t, sandbox.ModeBestEffort)
+	e := f.executor(helperTool(t, "ctl", "control-flood", ""))
+	res := call(t, e, context.Background(), &registry.Call{ToolName: "ctl__run"})
+	var text string
+	if err := json.Unmarshal(res.Output, &text); err != nil || res.Status != registry.StatusOK || !res.Truncated {
+		t.Fatalf("status %s truncated %v: %s", res.Status, res.Truncated, res.Output)
+	}
+	total := int64(len("HEAD-START  TAIL-END") + controlFloodBytes)
+	if len(res.Output) > 16384 || !strings.HasPrefix(text, "HEAD-START \x01") || !strings.HasSuffix(text, "\x01 TAIL-END") ||
+		!strings.Contains(text, "[output truncated: "+strconv.FormatInt(total, 10)+" bytes total") || res.OriginalBytes != total {
+		t.Errorf("%d bytes, originalBytes %d: %.200q … %q", len(res.Output), res.OriginalBytes, text, text[max(len(text)-300, 0):])
+	}
+}
+
+const controlFloodBytes = 200000
 
 // floodBytes is what the "flood" helper writes.
 const floodBytes = 200 << 16

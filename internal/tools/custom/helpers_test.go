@@ -46,6 +46,8 @@ func execHelper(args []string) int {
 		return 3
 	case "silent-fail":
 		return 4
+	case "control-flood": // text that escapes to six times its length
+		fmt.Print("HEAD-START " + strings.Repeat("\x01", controlFloodBytes) + " TAIL-END")
 	case "log-then-fail": // 2,000 lines of log, then the error
 		for i := range 2000 {
 			fmt.Fprintf(os.Stderr, "INFO step %d of the work went fine\n", i)

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/propagation"
 
@@ -144,12 +143,10 @@ func (b *httpBackend) run(ctx context.Context, req *registry.Request, export str
 	if len(data) <= limit {
 		return output(data, false), nil
 	}
-	// Cut: keep what fits as a string with its marker (room for escapes),
-	// count the rest, and keep all of it where the service spills.
-	keep := max((limit-512)*2/3, 256)
-	for keep > 0 && keep < len(data) && !utf8.RuneStart(data[keep]) {
-		keep--
-	}
+	// Cut: keep what fits, escaped, as a string with the longest marker
+	// countRest can write, count the rest, and keep all of it where the
+	// service spills.
+	keep := registry.QuotedPrefix(string(data), max(limit-markerRoom(req.CallID)-2, 256))
 	total, marker := countRest(ctx, req, data, resp.Body, int64(keep))
 	req.ReportTruncated(total)
 	return string(bytes.ToValidUTF8(data[:keep], nil)) + "\n" + marker, nil
@@ -157,6 +154,19 @@ func (b *httpBackend) run(ctx context.Context, req *registry.Request, export str
 
 // countBound bounds how much of a cut answer is read to count (and keep) it.
 const countBound = 256 << 20
+
+// markerRoom is the most bytes countRest's marker of call id's answer
+// takes in a JSON string, with the newline before it.
+func markerRoom(id string) int {
+	const big = countBound
+	n := 0
+	for _, spill := range []*registry.SpillInfo{{TotalBytes: big}, {TotalBytes: big, Unreadable: true}} {
+		m := fmt.Sprintf("[the answer is at least %d bytes; counting stopped there] ", big) +
+			registry.CutMarker(big, big, id, "body", big, spill)
+		n = max(n, registry.QuotedLen(m))
+	}
+	return n
+}
 
 // countRest reads the rest of an answer cut at keep (read holds what was
 // read) to count it, within the call's deadline and countBound, spilling

@@ -57,6 +57,9 @@ func newFakeBackend(t *testing.T) *fakeBackend {
 			}
 		case "hang":
 			<-r.Context().Done()
+		case "control":
+			// Text that escapes to six times its length.
+			fmt.Fprint(w, "HEAD "+strings.Repeat("\x01", 100000))
 		}
 	})
 	mux.HandleFunc("/elsewhere", func(w http.ResponseWriter, r *http.Request) {
@@ -72,7 +75,7 @@ func newFakeBackend(t *testing.T) *fakeBackend {
 
 func httpTool(url string) string {
 	var exports strings.Builder
-	for _, name := range []string{"json", "text", "fail", "redirect", "huge", "hang"} {
+	for _, name := range []string{"json", "text", "fail", "redirect", "huge", "hang", "control"} {
 		fmt.Fprintf(&exports, "    - name: %s\n      description: The %s case.\n", name, name)
 	}
 	return `apiVersion: toolsvc/v1
@@ -141,6 +144,13 @@ func TestHTTPBackend(t *testing.T) {
 	res = call(t, e, ctx, &registry.Call{ToolName: "remote__huge"})
 	if res.Status != registry.StatusOK || !res.Truncated || len(res.Output) > 4096+100 {
 		t.Errorf("huge: status %s truncated %v, %d bytes", res.Status, res.Truncated, len(res.Output))
+	}
+	// An answer that escapes to more than its length keeps its marker
+	// (it was cut again from the front, which lost it).
+	res = call(t, e, ctx, &registry.Call{ToolName: "remote__control"})
+	if out := string(res.Output); res.Status != registry.StatusOK || !res.Truncated || len(res.Output) > 4096 ||
+		!strings.HasPrefix(out, `"HEAD \u0001`) || !strings.Contains(out, "[output truncated: 100005 bytes total") {
+		t.Errorf("control: status %s truncated %v, %d bytes: %s", res.Status, res.Truncated, len(res.Output), out[max(len(out)-300, 0):])
 	}
 	res = call(t, e, ctx, &registry.Call{ToolName: "remote__hang", TimeoutMs: 200})
 	if res.Code() != registry.CodeTimeout {

@@ -38,14 +38,34 @@ func New(ctx context.Context, req *registry.Request, name string, limit int) *St
 // the marker (how much was omitted and how to read on) and its end. It
 // finishes the spill.
 func (s *Stream) Text(req *registry.Request) string {
+	return s.TextWithin(req, -1)
+}
+
+// TextWithin is Text, a cut stream's written as a JSON string in at most
+// budget bytes (quotes included; negative: no bound): a beginning and end
+// that escape to more than that (control characters take six bytes each)
+// are cut further, in the same proportion, so that the marker and the
+// stream's end are what the model sees, not what a cut from the front
+// leaves. A stream that was not cut is returned whole.
+func (s *Stream) TextWithin(req *registry.Request, budget int) string {
 	var spill *registry.SpillInfo
 	if s.sink != nil {
 		spill, _ = s.sink.Close() // a failed spill is logged; the marker says it was not kept
 	}
-	head, tail, omitted := s.Parts()
+	h, t, omitted := s.Parts()
+	head, tail, total := string(h), string(t), s.Total()
 	if omitted == 0 {
-		return string(head) + string(tail)
+		return head + tail
 	}
-	marker := registry.CutMarker(omitted, s.Total(), req.CallID, s.name, int64(len(head)), spill)
-	return string(head) + "\n" + marker + "\n" + string(tail)
+	if budget >= 0 {
+		// The marker with the most digits it can have, and its two
+		// newlines, come first.
+		room := budget - registry.QuotedLen(registry.CutMarker(total, total, req.CallID, s.name, total, spill)) - 4
+		headRoom := room * len(head) / max(len(head)+len(tail), 1)
+		head = head[:registry.QuotedPrefix(head, max(headRoom, 0))]
+		tail = tail[registry.QuotedSuffix(tail, max(room-registry.QuotedLen(head)+2, 0)):]
+		omitted = total - int64(len(head)+len(tail))
+	}
+	marker := registry.CutMarker(omitted, total, req.CallID, s.name, int64(len(head)), spill)
+	return head + "\n" + marker + "\n" + tail
 }
