@@ -637,11 +637,33 @@ func resultOutput(res *mcp.CallToolResult) (any, error) {
 			return t.Text, nil
 		}
 	}
-	items := make([]any, 0, len(res.Content))
-	for _, c := range res.Content {
-		items = append(items, contentItem(c))
+	// Written as they are made, text items without a map each: a
+	// server's answer of many small items held as maps took ten times
+	// its size, per call, until it was encoded.
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	b.WriteByte('[')
+	for i, c := range res.Content {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		var err error
+		if t, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(`{"type":"text","text":`)
+			err = enc.Encode(t.Text)
+			b.Truncate(b.Len() - 1) // the encoder's newline
+			b.WriteByte('}')
+		} else {
+			err = enc.Encode(contentItem(c))
+			b.Truncate(b.Len() - 1)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	return items, nil
+	b.WriteByte(']')
+	return json.RawMessage(b.Bytes()), nil
 }
 
 func texts(cs []mcp.Content) string {
