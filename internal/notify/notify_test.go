@@ -188,25 +188,12 @@ func TestSlackShapeLinksToTheConsoleAndEscapes(t *testing.T) {
 func TestRetriesWithBackoffThenFails(t *testing.T) {
 	var mu sync.Mutex
 	var times []time.Time
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	metrics := failedDelivery(t, "flaky", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		times = append(times, time.Now())
 		mu.Unlock()
 		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	defer srv.Close()
-	metrics := prometheus.NewRegistry()
-	d := notify.New(notify.Options{Registerer: metrics, Backoff: 20 * time.Millisecond})
-	defer d.Close()
-	d.Load([]*notify.Target{target(t, "flaky", notify.Spec{Type: "webhook", URL: srv.URL, MaxAttempts: 4})})
-	d.ObserveApproval(registry.ApprovalEvent{Kind: registry.EventApprovalRequested, Approval: registry.Approval{ID: "apr_1"}})
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(metricVec(t, metrics, "toolsvc_notifications_total", "flaky", "failed")) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the delivery was not given up within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	if len(times) != 4 {
@@ -227,29 +214,38 @@ func TestRetriesWithBackoffThenFails(t *testing.T) {
 // is given up at once, as for a 4xx, not retried until attempts run out.
 func TestRedirectIsNotRetried(t *testing.T) {
 	var attempts atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	metrics := failedDelivery(t, "moved", func(w http.ResponseWriter, r *http.Request) {
 		attempts.Add(1)
 		http.Redirect(w, r, "/elsewhere", http.StatusFound)
-	}))
-	defer srv.Close()
-	metrics := prometheus.NewRegistry()
-	d := notify.New(notify.Options{Registerer: metrics, Backoff: 20 * time.Millisecond})
-	defer d.Close()
-	d.Load([]*notify.Target{target(t, "moved", notify.Spec{Type: "webhook", URL: srv.URL, MaxAttempts: 4})})
-	d.ObserveApproval(registry.ApprovalEvent{Kind: registry.EventApprovalRequested, Approval: registry.Approval{ID: "apr_1"}})
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(metricVec(t, metrics, "toolsvc_notifications_total", "moved", "failed")) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the delivery was not given up within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
 	if n := attempts.Load(); n != 1 {
 		t.Errorf("attempts = %d; want 1", n)
 	}
 	if n := testutil.ToFloat64(metricVec(t, metrics, "toolsvc_notification_retries_total", "moved")); n != 0 {
 		t.Errorf("retries = %v; want 0", n)
 	}
+}
+
+// failedDelivery sends one approval request to a webhook notifier name
+// (four attempts at most, 20ms backoff) served by h, and returns the
+// metrics once the delivery has been given up.
+func failedDelivery(t *testing.T, name string, h http.HandlerFunc) *prometheus.Registry {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	metrics := prometheus.NewRegistry()
+	d := notify.New(notify.Options{Registerer: metrics, Backoff: 20 * time.Millisecond})
+	t.Cleanup(d.Close)
+	d.Load([]*notify.Target{target(t, name, notify.Spec{Type: "webhook", URL: srv.URL, MaxAttempts: 4})})
+	d.ObserveApproval(registry.ApprovalEvent{Kind: registry.EventApprovalRequested, Approval: registry.Approval{ID: "apr_1"}})
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(metricVec(t, metrics, "toolsvc_notifications_total", name, "failed")) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the delivery was not given up within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return metrics
 }
 
 func TestFullQueueDropsInsteadOfBlocking(t *testing.T) {
