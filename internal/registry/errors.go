@@ -75,8 +75,6 @@ func AsError(err error) *Error {
 	return &Error{Code: CodeTool, Message: err.Error()}
 }
 
-// truncateMessage cuts s to at most limit characters (runes), on a
-// character boundary, marking the cut.
 // clipMessage bounds an error message to limit characters, keeping its
 // beginning (what failed) and its end (where a program's last words, the
 // error itself, usually are) around a mark that says how much was left
@@ -93,11 +91,13 @@ func clipMessage(s string, limit int) string {
 	}
 	head := keep / 3
 	mark = fmt.Sprintf(" … [%d characters omitted] … ", n-keep)
-	keep = limit - utf8.RuneCountInString(mark) // the count is no longer
+	keep = limit - utf8.RuneCountInString(mark) // fewer digits leave the tail more
 	runes := []rune(s)
 	return string(runes[:head]) + mark + string(runes[n-(keep-head):])
 }
 
+// truncateMessage cuts s to at most limit characters (runes), on a
+// character boundary, marking the cut.
 func truncateMessage(s string, limit int) string {
 	if limit <= 0 || utf8.RuneCountInString(s) <= limit {
 		return s

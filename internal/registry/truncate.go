@@ -134,40 +134,23 @@ func QuotedLen(s string) int { return quotedLen(s) }
 // write it: text that escapes (control characters take six bytes) fits
 // less of itself than its length says.
 func QuotedPrefix(s string, budget int) int {
-	n := 0
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if n += escapedLen(r); n > budget {
-			return i
-		}
-		i += size
-	}
-	return len(s)
+	_, n := appendBodyN(make([]byte, 0, min(max(budget, 0), len(s)*6)), s, max(budget, 0))
+	return n
 }
 
 // QuotedSuffix is QuotedPrefix from the end: the offset in s where the
 // longest suffix that fits in budget bytes begins.
 func QuotedSuffix(s string, budget int) int {
 	n := 0
+	var enc [8]byte
 	for i := len(s); i > 0; {
 		r, size := utf8.DecodeLastRuneInString(s[:i])
-		if n += escapedLen(r); n > budget {
+		if n += len(appendEscaped(enc[:0], r)); n > budget {
 			return i
 		}
 		i -= size
 	}
 	return 0
-}
-
-// escapedLen is the length of appendEscaped(r).
-func escapedLen(r rune) int {
-	switch {
-	case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
-		return 2
-	case r < 0x20:
-		return 6
-	}
-	return utf8.RuneLen(r) // U+FFFD (3 bytes) for invalid UTF-8
 }
 
 // quotedLen is the length of s encoded as a JSON string.

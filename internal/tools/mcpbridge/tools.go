@@ -648,18 +648,20 @@ func resultOutput(res *mcp.CallToolResult) (any, error) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		var err error
-		if t, ok := c.(*mcp.TextContent); ok {
+		t, text := c.(*mcp.TextContent)
+		var v any
+		if text {
 			b.WriteString(`{"type":"text","text":`)
-			err = enc.Encode(t.Text)
-			b.Truncate(b.Len() - 1) // the encoder's newline
-			b.WriteByte('}')
+			v = t.Text
 		} else {
-			err = enc.Encode(contentItem(c))
-			b.Truncate(b.Len() - 1)
+			v = contentItem(c)
 		}
-		if err != nil {
+		if err := enc.Encode(v); err != nil {
 			return nil, err
+		}
+		b.Truncate(b.Len() - 1) // the encoder's newline
+		if text {
+			b.WriteByte('}')
 		}
 	}
 	b.WriteByte(']')
