@@ -321,11 +321,20 @@ func TestHugeOutputIsTruncated(t *testing.T) {
 		if err := json.Unmarshal(res.Output, &s); err != nil {
 			t.Fatalf("%s: output is not a JSON string: %v", name, err)
 		}
-		_, marker, _ := strings.Cut(s, "\n[output truncated: ")
+		shown, marker, _ := strings.Cut(s, "\n[output truncated: ")
 		marker = "[output truncated: " + marker
-		// What the output shows plus what it omits is the whole output.
-		shown := int64(len(res.Output) - len(marker) - 3) // the quotes and the escaped newline before the marker; the marker has no escapes
-		if want := "[output truncated: " + itoa(res.OriginalBytes) + " bytes total, " + itoa(res.OriginalBytes-shown) + " omitted; the full output was not kept]"; marker != want {
+		// What the output shows plus what it omits is the whole text that
+		// was cut: the string, or the JSON text of the object, whose
+		// quotes and backslashes the output escapes once more.
+		full := big
+		if name == "t__obj" {
+			b, _ := json.Marshal(map[string]any{"data": big})
+			full = string(b)
+		}
+		if !strings.HasPrefix(full, shown) {
+			t.Fatalf("%s: the output does not show the start of the text", name)
+		}
+		if want := "[output truncated: " + itoa(res.OriginalBytes) + " bytes total, " + itoa(int64(len(full)-len(shown))) + " omitted; the full output was not kept]"; marker != want {
 			t.Errorf("%s: marker %q, want %q", name, marker, want)
 		}
 		if len(res.Output) > 16384+len(marker)+4 {

@@ -65,7 +65,9 @@ func truncatedString(s, full string, limit int, total int64, mark cutMark) json.
 	out := make([]byte, 0, limit+256)
 	out = append(out, '"')
 	out, kept := appendBodyN(out, s, limit-1)
-	omitted := total - int64(len(out))
+	// What is omitted is counted in the text that was cut, as the read-on
+	// offset (kept) is: what a reader reading on from there has left.
+	omitted := int64(len(full) - kept)
 	marker := "[output truncated: " + strconv.FormatInt(total, 10) + " bytes total, " + strconv.FormatInt(omitted, 10) + " omitted]"
 	if mark != nil {
 		marker = mark(full, kept, total, omitted)
