@@ -465,9 +465,11 @@ func CutMarker(omitted, total int64, toolCallID, stream string, readOffset int64
 			m += "&stream=" + url.QueryEscape(stream)
 		}
 	} else {
-		m += fmt.Sprintf(`; read on with %s {"toolCallId":%q`, ReadOnTool, toolCallID)
+		// The hint is JSON a model can send as it is: Go's %q would write
+		// some characters in escapes JSON does not have (\U000e0041).
+		m += "; read on with " + ReadOnTool + ` {"toolCallId":` + string(appendQuoted(nil, toolCallID))
 		if stream != SpillStreamOutput {
-			m += fmt.Sprintf(`,"stream":%q`, stream)
+			m += `,"stream":` + string(appendQuoted(nil, stream))
 		}
 		m += fmt.Sprintf(`,"offset":%d}`, readOffset)
 	}
