@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/tools/rematch"
@@ -161,17 +163,11 @@ func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
 	a.Stream = cmpOr(a.Stream, registry.SpillStreamOutput)
 	a.Limit = cmpOr(a.Limit, defaultLimit)
 	if a.Pattern == "" {
-		info, data, err := (*r).ReadOutput(ctx, req.Caller, req.Catalog, a.ToolCallID, a.Stream, a.Offset, a.Limit)
+		info, data, err := (*r).ReadOutput(ctx, req.Caller, req.Catalog, a.ToolCallID, a.Stream, a.Offset, a.Limit+slack)
 		if err != nil {
 			return nil, readError(err)
 		}
-		if a.Offset+int64(len(data)) < info.StoredBytes {
-			data = registry.TrimPartialRune(data)
-		}
-		s := string(data)
-		out := output(info, a, a.Offset+int64(len(data)))
-		out.Content = &s
-		return out, nil
+		return readRange(info, a, data), nil
 	}
 	re, err := regexp.Compile(a.Pattern)
 	if err != nil {
@@ -183,6 +179,61 @@ func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
 			"Use smaller repetition counts (x{1000} repeats x a thousand times) or a simpler pattern.")
 	}
 	return t.filter(ctx, *r, req, a, rematch.New(ctx, re, insts, maxPiece))
+}
+
+// readRange answers a read of a.Limit bytes from a.Offset, given data,
+// the stored bytes from a.Offset (up to slack bytes more than a.Limit):
+// whole characters only, so that content is the stored text and a reader
+// following nextOffset always moves on. An offset inside a character
+// starts at the next one; a limit too small for the character at the
+// offset reads that one character. Bytes that are not UTF-8 text are
+// passed on as they are.
+func readRange(info *registry.SpillInfo, a args, data []byte) Output {
+	var notes []string
+	if skip := partialStart(data); skip > 0 {
+		notes = append(notes, fmt.Sprintf("offset %d is inside a character; read from %d, where the next one begins", a.Offset, a.Offset+int64(skip)))
+		a.Offset += int64(skip)
+		data = data[skip:]
+	}
+	if len(data) > a.Limit {
+		whole := registry.TrimPartialRune(data[:a.Limit])
+		if len(whole) == 0 {
+			if _, n := utf8.DecodeRune(data); n > 1 {
+				whole = data[:n]
+				notes = append(notes, fmt.Sprintf("limit %d is smaller than the character at offset %d, which takes %d bytes; read that one character", a.Limit, a.Offset, n))
+			} else {
+				whole = data[:a.Limit]
+			}
+		}
+		data = whole
+	}
+	s := string(data)
+	out := output(info, a, a.Offset+int64(len(data)))
+	out.Content = &s
+	if out.Note != "" {
+		notes = append(notes, out.Note)
+	}
+	out.Note = strings.Join(notes, "; ")
+	return out
+}
+
+// slack is how many bytes a read takes beyond its limit: enough to finish
+// the character the limit cuts and to skip one the offset starts inside.
+const slack = 2 * utf8.UTFMax
+
+// partialStart returns how many bytes at the start of b continue a
+// character that began before it: 0 unless a whole character follows
+// them.
+func partialStart(b []byte) int {
+	for i := 0; i < len(b) && i < utf8.UTFMax; i++ {
+		if utf8.RuneStart(b[i]) {
+			if r, _ := utf8.DecodeRune(b[i:]); i > 0 && r != utf8.RuneError {
+				return i
+			}
+			return 0
+		}
+	}
+	return 0
 }
 
 // maxPiece is the most of a line one match looks at: a long line is

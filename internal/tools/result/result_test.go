@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store/sqlite"
@@ -25,6 +26,9 @@ var big = func() string {
 	return b.String()
 }()
 
+// wide is the output of t__wide: characters of every UTF-8 length.
+var wide = strings.Repeat("é€😀a", 1000)
+
 func setup(t *testing.T, retention time.Duration) *registry.Executor {
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
 	if err != nil {
@@ -35,6 +39,9 @@ func setup(t *testing.T, retention time.Duration) *registry.Executor {
 	tools = append(tools, &registry.Tool{
 		Definition: registry.Definition{Name: "t__big", Description: "a big output", Tier: registry.ReadOnly, Parameters: json.RawMessage(`{"type":"object"}`)},
 		Handler:    registry.Func(func(ctx context.Context, r *registry.Request) (any, error) { return big, nil }),
+	}, &registry.Tool{
+		Definition: registry.Definition{Name: "t__wide", Description: "characters of 1 to 4 bytes", Tier: registry.ReadOnly, Parameters: json.RawMessage(`{"type":"object"}`)},
+		Handler:    registry.Func(func(ctx context.Context, r *registry.Request) (any, error) { return wide, nil }),
 	})
 	reg, err := registry.New(registry.Defaults{Timeout: 5 * time.Second, MaxOutputBytes: 4096, ErrorMessageLimit: 1000}, tools...)
 	if err != nil {
@@ -135,5 +142,56 @@ func TestKeptOutputExpires(t *testing.T) {
 	r := call(t, e, alice, &registry.Call{ToolName: "result__read", Arguments: json.RawMessage(`{"toolCallId":"c1"}`)})
 	if r.Status != registry.StatusError || !strings.Contains(r.Error.Message, "expire") {
 		t.Errorf("an expired output was read: %s %+v", r.Output, r.Error)
+	}
+}
+
+// TestReadOnKeepsCharactersWhole: wherever a read starts and however
+// little it asks for, it returns whole characters of the stored text and
+// moves on, so that a reader following nextOffset never loops and never
+// sees U+FFFD that is not in the output.
+func TestReadOnKeepsCharactersWhole(t *testing.T) {
+	e := setup(t, time.Hour)
+	if res := call(t, e, alice, &registry.Call{ToolCallID: "w", ToolName: "t__wide"}); !res.Truncated {
+		t.Fatal("t__wide was not cut")
+	}
+	read := func(offset int64, limit int) result.Output {
+		t.Helper()
+		raw, _ := json.Marshal(map[string]any{"toolCallId": "w", "offset": offset, "limit": limit})
+		r := call(t, e, alice, &registry.Call{ToolName: "result__read", Arguments: raw})
+		var out result.Output
+		if err := json.Unmarshal(r.Output, &out); err != nil || r.Status != registry.StatusOK {
+			t.Fatalf("result__read %s: %s %+v", raw, r.Output, r.Error)
+		}
+		return out
+	}
+	for offset := int64(0); offset < 12; offset++ {
+		for limit := 1; limit <= 6; limit++ {
+			out := read(offset, limit)
+			start := offset
+			for !utf8.RuneStart(wide[start]) {
+				start++
+			}
+			if out.NextOffset <= offset || *out.Content != wide[start:out.NextOffset] || strings.ContainsRune(*out.Content, utf8.RuneError) {
+				t.Errorf("offset %d limit %d: content %q next %d note %q", offset, limit, *out.Content, out.NextOffset, out.Note)
+			}
+			if (start != offset) != strings.Contains(out.Note, "inside a character") {
+				t.Errorf("offset %d limit %d: note %q", offset, limit, out.Note)
+			}
+		}
+	}
+	var got strings.Builder
+	for offset, n := int64(0), 0; ; n++ {
+		if n > len(wide) {
+			t.Fatal("reading one byte at a time does not reach the end")
+		}
+		out := read(offset, 1)
+		got.WriteString(*out.Content)
+		if out.EOF {
+			break
+		}
+		offset = out.NextOffset
+	}
+	if got.String() != wide {
+		t.Errorf("read back %d bytes, want the %d of the output", got.Len(), len(wide))
 	}
 }
