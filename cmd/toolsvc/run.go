@@ -229,6 +229,9 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 	if a.issuers, err = policy.NewIssuers(issuers, cfg.defaultRate()); err != nil {
 		return nil, err
 	}
+	if err := policy.CheckCallerIDs(a.issuers, callers, cfg.APIKey != ""); err != nil {
+		return nil, err
+	}
 	if cfg.APIKey != "" || len(callers) > 0 || len(a.issuers) > 0 {
 		if a.auth, err = policy.NewAuthenticator(policy.AuthOptions{APIKey: cfg.APIKey, Callers: callers, DefaultRate: cfg.defaultRate()}); err != nil {
 			return nil, err

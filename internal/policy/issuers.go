@@ -124,6 +124,7 @@ type Issuer struct {
 
 	spec        IssuerSpec
 	prefix      string
+	where       string // the resource, for errors
 	defaultRate *registry.RateLimit
 	rules       []issuerRule
 }
@@ -148,9 +149,38 @@ func NewIssuers(docs []IssuerDocument, defaultRate *RateLimitSpec) ([]*Issuer, e
 			return nil, fmt.Errorf("%s: issuer %s is already configured (%s)", where, is.Issuer, prev)
 		}
 		seen[is.Issuer] = where
+		is.where = where
 		out = append(out, is)
 	}
 	return out, nil
+}
+
+// CheckCallerIDs refuses issuers whose callers' ids could be the id of
+// another caller: a static one (callers, and APIKeyCaller when apiKey is
+// set) or one of another issuer. A token's caller id is the issuer's
+// callerPrefix and a claim the token's holder may choose, so only a prefix
+// that no other id starts with, and that starts no other issuer's prefix,
+// keeps every token to callers of its own issuer: two callers with one id
+// share their calls, results and files.
+func CheckCallerIDs(issuers []*Issuer, callers []CallerDocument, apiKey bool) error {
+	static := make([]CallerDocument, 0, len(callers)+1)
+	if apiKey {
+		static = append(static, CallerDocument{Name: APIKeyCaller, Source: "TOOLSVC_API_KEY"})
+	}
+	static = append(static, callers...)
+	for i, is := range issuers {
+		for _, c := range static {
+			if strings.HasPrefix(c.Name, is.prefix) {
+				return fmt.Errorf("%s: callerPrefix %q lets a token name the caller %q (%s): give the issuer a callerPrefix no static caller's name starts with, such as the default %q", is.where, is.prefix, c.Name, c.Source, is.Name+":")
+			}
+		}
+		for _, other := range issuers[:i] {
+			if strings.HasPrefix(is.prefix, other.prefix) || strings.HasPrefix(other.prefix, is.prefix) {
+				return fmt.Errorf("%s: callerPrefix %q and %s's %q let tokens of the two issuers name the same caller: give each issuer a prefix that does not start the other's", is.where, is.prefix, other.where, other.prefix)
+			}
+		}
+	}
+	return nil
 }
 
 func newIssuer(d IssuerDocument, defaultRate *RateLimitSpec) (*Issuer, error) {

@@ -151,3 +151,43 @@ func TestIssuerRefusesUnusableCallerClaims(t *testing.T) {
 		t.Errorf("an email caller: %v %v", c, err)
 	}
 }
+
+// TestCallerIDsCannotCollide: a token's caller id is its issuer's prefix
+// and a claim its holder chooses, so a prefix that another caller's id
+// starts with, or that starts (or is started by) another issuer's, would
+// let a token act as that caller.
+func TestCallerIDsCannotCollide(t *testing.T) {
+	prefix := func(p string) *string { return &p }
+	issuer := func(name string, p *string) IssuerDocument {
+		return IssuerDocument{Name: name, Source: name + ".yaml:1", Spec: IssuerSpec{
+			Issuer: "https://" + name + ".example", Audience: "toolsvc", JWKSURL: "https://" + name + ".example/k", CallerPrefix: p}}
+	}
+	alice := []CallerDocument{{Name: "alice", Source: "callers.yaml:3"}}
+	for _, c := range []struct {
+		name    string
+		docs    []IssuerDocument
+		callers []CallerDocument
+		apiKey  bool
+		want    string // "" when the ids cannot collide
+	}{
+		{"default prefixes", []IssuerDocument{issuer("corp", nil), issuer("partner", nil)}, alice, true, ""},
+		{"distinct prefixes", []IssuerDocument{issuer("corp", prefix("staff/")), issuer("ci", prefix("bot/"))}, alice, false, ""},
+		{"empty prefix, no static callers", []IssuerDocument{issuer("corp", prefix(""))}, nil, false, ""},
+		{"empty prefix and a static caller", []IssuerDocument{issuer("corp", prefix(""))}, alice, false, `corp.yaml:1: Issuer "corp": callerPrefix "" lets a token name the caller "alice" (callers.yaml:3)`},
+		{"empty prefix and the API key", []IssuerDocument{issuer("corp", prefix(""))}, nil, true, `callerPrefix "" lets a token name the caller "api-key" (TOOLSVC_API_KEY)`},
+		{"a static caller under the prefix", []IssuerDocument{issuer("corp", nil)}, []CallerDocument{{Name: "corp:alice", Source: "c.yaml:1"}}, false, `lets a token name the caller "corp:alice"`},
+		{"the same prefix twice", []IssuerDocument{issuer("a", prefix("x:")), issuer("b", prefix("x:"))}, nil, false, `b.yaml:1: Issuer "b": callerPrefix "x:" and a.yaml:1: Issuer "a"'s "x:"`},
+		{"one prefix starts another", []IssuerDocument{issuer("a", prefix("x:")), issuer("b", prefix("x:y:"))}, nil, false, `callerPrefix "x:y:" and a.yaml:1: Issuer "a"'s "x:"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			iss, err := NewIssuers(c.docs, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = CheckCallerIDs(iss, c.callers, c.apiKey)
+			if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+				t.Errorf("CheckCallerIDs: %v, want %q", err, c.want)
+			}
+		})
+	}
+}
