@@ -992,7 +992,7 @@ func decodeArguments(raw json.RawMessage, maxDepth int, c *jsonChecker) (json.Ra
 			return nil, nil, &Error{Code: CodeInvalidArguments, Message: "arguments string is not valid: " + err.Error()}
 		}
 		raw = bytes.TrimSpace([]byte(s))
-		if len(raw) == 0 {
+		if len(raw) == 0 || string(raw) == "null" {
 			raw = json.RawMessage("{}")
 		}
 	}
@@ -1056,6 +1056,7 @@ func WithinDepth(b []byte, max int) bool {
 	return true
 }
 
+// describeJSON says what arguments that are not an object are.
 func describeJSON(raw []byte) string {
 	switch c := raw[0]; {
 	case c == '[':
@@ -1064,13 +1065,12 @@ func describeJSON(raw []byte) string {
 		return "a boolean"
 	case c == '-' || c >= '0' && c <= '9':
 		return "a number"
+	case c == '"' && json.Valid(raw):
+		return "a string holding a string: the arguments were encoded as JSON twice; send the object, or one string holding it"
 	}
-	s := string(raw)
-	if len(s) > 40 {
-		s = s[:40] + "…"
-	}
-	if !utf8.ValidString(s) {
-		return "invalid JSON"
+	s := Clip(string(raw), 40)
+	if len(s) < len(raw) {
+		s += "…"
 	}
 	return fmt.Sprintf("%q, which is not JSON", s)
 }
