@@ -105,6 +105,10 @@ func concurrent(reg *Registry, c *Call) bool {
 	return !ok || t.Tier == ReadOnly
 }
 
+// ConflictText is what the result of a call of a batch says when its
+// toolCallId names an earlier call with another tool or other arguments.
+const ConflictText = "already names a call with another tool or other arguments"
+
 // batch is one ExecuteBatch in progress.
 type batch struct {
 	e       *Executor
@@ -126,7 +130,7 @@ func (b *batch) run(ctx context.Context, i int) {
 		b.refused[i] = err
 	case errors.Is(err, ErrConflict):
 		b.results[i] = b.errorResult(i, &Error{Code: CodeInvalidArguments,
-			Message:    fmt.Sprintf("not run: toolCallId %q already names a call with another tool or other arguments", b.calls[i].ToolCallID),
+			Message:    fmt.Sprintf("not run: toolCallId %q %s", b.calls[i].ToolCallID, ConflictText),
 			Suggestion: "Give a new call a new toolCallId; send the same tool and arguments to read the earlier call's result."})
 	default:
 		b.results[i] = b.errorResult(i, &Error{Code: CodeInternal,

@@ -212,9 +212,15 @@ type Tool struct {
 	Definition
 	Handler Handler
 	// Nests says that the handler runs calls of its own through the
-	// executor while it runs (plan__execute). Those calls may use the
-	// concurrency slot the tool's call holds, so a full service cannot
-	// leave them waiting on the very slot their parent keeps.
+	// executor while it runs (plan__execute), and that what it does, those
+	// calls do. Those calls may use the concurrency slot the tool's call
+	// holds, so a full service cannot leave them waiting on the very slot
+	// their parent keeps. They are recorded each under an id of their own
+	// that the handler derives from its call's, and the tool's call itself
+	// is not recorded (unless it waits for approval, or asks to be): a
+	// repeat of it repeats its calls, which answer from their records
+	// where they ran, and run where they did not (a plan stopped by its
+	// deadline, a restart or a rate limit goes on where it stopped).
 	Nests bool
 	// Normalize, when set, rewrites arguments that have several spellings
 	// of one meaning ("./notes//todo.md", which the tool reads as
@@ -232,6 +238,9 @@ type Tool struct {
 	suggestion func() string
 	// strict computes, on first use, the strict form of the parameters.
 	strict func() *StrictForm
+	// provider computes, on first use, the parameters in the form OpenAI
+	// and Anthropic take.
+	provider func() json.RawMessage
 	// spanName and lowerName are computed once, at registration.
 	spanName  string
 	lowerName string

@@ -400,8 +400,10 @@ func (e *Executor) decode(ctx context.Context, f *flight) error {
 		}
 		f.args = bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 	}
-	// Only calls whose tier or request asks for it touch the store.
-	f.durable = e.store != nil && (f.tool.Tier != ReadOnly || (f.call.Record && f.call.ToolCallID != "") || f.resumed != nil)
+	// Only calls whose tier or request asks for it touch the store. A tool
+	// that nests records nothing of its own: its calls are recorded (see
+	// Tool.Nests).
+	f.durable = e.store != nil && ((f.tool.Tier != ReadOnly && !f.tool.Nests) || (f.call.Record && f.call.ToolCallID != "") || f.resumed != nil)
 	return nil
 }
 

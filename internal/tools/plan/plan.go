@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -237,7 +238,17 @@ func (b *Binder) run(ctx context.Context, req *registry.Request, o registry.Batc
 			return nil, err
 		}
 	}
-	results, err := (*r).ExecuteBatch(ctx, req.Caller, calls, o)
+	// The steps end before the plan does, so that the plan can still say
+	// which of them ran: at its own deadline the plan's answer would be
+	// its timeout alone.
+	sctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithDeadline(ctx, dl.Add(-min(left/10, maxReserve)))
+		defer cancel()
+	}
+	results, err := (*r).ExecuteBatch(sctx, req.Caller, calls, o)
 	switch {
 	case errors.Is(err, registry.ErrOverloaded):
 		return nil, &registry.Error{Code: registry.CodeTool,
@@ -255,6 +266,11 @@ func (b *Binder) run(ctx context.Context, req *registry.Request, o registry.Batc
 	for i, res := range results {
 		out.Steps[i] = StepResult{Step: i + 1, Tool: res.ToolName, Status: res.Status, Output: res.Output,
 			Truncated: res.Truncated, OriginalBytes: res.OriginalBytes, Error: res.Error, Approval: res.Approval}
+		if res.Error != nil {
+			e := *res.Error // the result's own may be held elsewhere
+			stepError(ctx, sctx, &e)
+			out.Steps[i].Error = &e
+		}
 		switch res.Status {
 		case registry.StatusOK:
 			out.OK++
@@ -265,4 +281,30 @@ func (b *Binder) run(ctx context.Context, req *registry.Request, o registry.Batc
 		}
 	}
 	return out, nil
+}
+
+// maxReserve bounds the time a plan keeps back from its steps to answer.
+const maxReserve = time.Second
+
+// stepError rewrites the error of a step where what a call's error says
+// does not hold for a step: its toolCallId is the plan's with the step's
+// number, so the model can only make the plan again, and the steps' end
+// before the plan's is the plan's time running out. ctx is the plan's,
+// sctx the steps'.
+func stepError(ctx, sctx context.Context, e *registry.Error) {
+	notRun := strings.HasPrefix(e.Message, "not started") || strings.HasPrefix(e.Message, "not run")
+	outOfTime := ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded)
+	switch {
+	case e.Code == registry.CodeCanceled && notRun && outOfTime:
+		e.Message = "not started: the plan's time ran out first; nothing of this step ran"
+		e.Suggestion = "Call " + Name + " again with the same toolCallId to run the steps that did not run (the steps that ran give their results again without running twice), or make them calls of their own."
+	case e.Code == registry.CodeCanceled && notRun:
+		// The service was full or shutting down.
+		e.Suggestion = "Call " + Name + " again with the same toolCallId: the steps that ran give their results again without running twice, and this one runs."
+	case e.Code == registry.CodeCanceled && outOfTime:
+		e.Message = "stopped: the plan's time ran out while this step ran"
+		e.Suggestion = "Make this step a call of its own, with the time it needs."
+	case strings.Contains(e.Message, registry.ConflictText):
+		e.Suggestion = "Give the plan a new toolCallId: each step's id is the plan's with the step's number, and this one was used before for another call."
+	}
 }

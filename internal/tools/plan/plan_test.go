@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store/sqlite"
 	"github.com/toolsvc/toolsvc/internal/tools/jsonq"
 	"github.com/toolsvc/toolsvc/internal/tools/text"
 )
@@ -28,6 +30,7 @@ type testEnv struct {
 	// lets every test__wait return.
 	entered chan struct{}
 	gate    chan struct{}
+	binder  *Binder
 }
 
 func newTestEnv(t *testing.T, bind bool) *testEnv {
@@ -70,6 +73,7 @@ func newTestEnvWith(t *testing.T, bind bool, o registry.Options) *testEnv {
 	}
 	o.Registry = reg
 	env.exec = registry.NewExecutor(o)
+	env.binder = binder
 	if bind {
 		binder.Bind(env.exec)
 	}
@@ -289,5 +293,82 @@ func TestPlanDefinition(t *testing.T) {
 	var s map[string]any
 	if err := json.Unmarshal(d.Parameters, &s); err != nil || s["additionalProperties"] != false {
 		t.Errorf("schema: %v %s", err, d.Parameters)
+	}
+}
+
+// newStoredEnv is newTestEnv with the embedded store, so that calls are
+// recorded.
+func newStoredEnv(t *testing.T) *testEnv {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return newTestEnvWith(t, true, registry.Options{Store: st})
+}
+
+func (env *testEnv) writes() int {
+	env.mu.Lock()
+	defer env.mu.Unlock()
+	return len(env.log)
+}
+
+// TestPlanStoppedByItsDeadlineGoesOnWhenRepeated: a plan whose time runs
+// out says which steps ran, which was stopped and which did not start;
+// repeated with the same toolCallId it runs what did not run, and what
+// ran answers from its record without running twice.
+func TestPlanStoppedByItsDeadlineGoesOnWhenRepeated(t *testing.T) {
+	env := newStoredEnv(t)
+	steps := json.RawMessage(`{"steps":[{"tool":"test__write","arguments":{}},{"tool":"test__wait","arguments":{}},{"tool":"test__write","arguments":{}}]}`)
+	res, out := env.plan(t, registry.Anonymous(), &registry.Call{ToolCallID: "p1", Arguments: steps, TimeoutMs: 1000})
+	if res.Status != registry.StatusOK || len(out) != 3 {
+		t.Fatalf("plan: %+v %+v", res, res.Error)
+	}
+	if out[0].Status != registry.StatusOK || out[1].Error == nil || !strings.HasPrefix(out[1].Error.Message, "stopped: the plan's time ran out") ||
+		out[2].Error == nil || !strings.HasPrefix(out[2].Error.Message, "not started: the plan's time ran out") || !strings.Contains(out[2].Error.Suggestion, "same toolCallId") {
+		t.Fatalf("steps: %+v / %+v / %+v", out[0], out[1].Error, out[2].Error)
+	}
+	if n := env.writes(); n != 1 {
+		t.Fatalf("%d writes ran, want 1", n)
+	}
+	<-env.entered
+	close(env.gate)
+	res, out = env.plan(t, registry.Anonymous(), &registry.Call{ToolCallID: "p1", Arguments: steps, TimeoutMs: 1000})
+	if res.Status != registry.StatusOK || len(out) != 3 || out[0].Status != registry.StatusOK || out[1].Status != registry.StatusOK || out[2].Status != registry.StatusOK {
+		t.Fatalf("repeated plan: %+v %+v", res, out)
+	}
+	if n := env.writes(); n != 2 {
+		t.Errorf("%d writes ran in all, want 2: the first step's must not run again", n)
+	}
+}
+
+// TestPlanRefusedByItsRateLimitIsNotKept: a plan none of whose steps ran,
+// refused by the caller's rate limit, runs when it is repeated with the
+// same toolCallId once the limit lets it.
+func TestPlanRefusedByItsRateLimitIsNotKept(t *testing.T) {
+	env := newStoredEnv(t)
+	var refuse sync.Mutex
+	refusing := true
+	env.binder.BindLimit(func(ctx context.Context, caller *registry.Caller, held string, tools []string) error {
+		refuse.Lock()
+		defer refuse.Unlock()
+		if refusing {
+			return &registry.Error{Code: registry.CodeTool, Message: "no step ran: the steps are over this caller's rate limit; retry in 1 s"}
+		}
+		return nil
+	})
+	call := func() *registry.Result {
+		res, _ := env.plan(t, registry.Anonymous(), &registry.Call{ToolCallID: "p2", Arguments: json.RawMessage(`{"steps":[{"tool":"test__write","arguments":{}}]}`)})
+		return res
+	}
+	if res := call(); res.Code() != registry.CodeTool || env.writes() != 0 {
+		t.Fatalf("refused plan: %+v, %d writes", res.Error, env.writes())
+	}
+	refuse.Lock()
+	refusing = false
+	refuse.Unlock()
+	if res := call(); res.Status != registry.StatusOK || env.writes() != 1 {
+		t.Fatalf("repeated plan: %+v %+v, %d writes", res, res.Error, env.writes())
 	}
 }
