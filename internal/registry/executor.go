@@ -189,6 +189,9 @@ func (e *Executor) Load(reg *Registry, p Policy) {
 	if reg == nil {
 		reg, _ = New(Defaults{})
 	}
+	if prev := e.state.Load(); prev != nil {
+		keepSlots(prev.reg, reg)
+	}
 	st := &state{reg: reg, policy: p}
 	if e.metrics != nil {
 		// Create each tool's per-tool series at zero, so dashboards and
@@ -211,6 +214,19 @@ func (e *Executor) Load(reg *Registry, p Policy) {
 			if _, kept := st.series[name]; !kept {
 				e.metrics.forget(name)
 			}
+		}
+	}
+}
+
+// keepSlots gives each tool of next that prev has with the same
+// maxConcurrency prev's slots, so that the calls still running from
+// before a reload count against the tool's limit after it: with slots of
+// its own, each reload would let as many calls again run at once. A
+// changed limit starts afresh; the calls of the old one finish.
+func keepSlots(prev, next *Registry) {
+	for _, t := range next.tools {
+		if old, ok := prev.byName[t.Name]; ok && old.slots != nil && t.slots != nil && cap(old.slots) == cap(t.slots) {
+			t.slots = old.slots
 		}
 	}
 }
