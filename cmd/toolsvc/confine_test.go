@@ -221,7 +221,7 @@ func TestSandboxUnavailableLeavesProcessToolsOut(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg.probe = noLandlock
-		a, err := build(cfg, newLogger(cfg, io.Discard), nil)
+		a, err := build(cfg, newLogger(cfg, io.Discard), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -178,7 +178,7 @@ func (r *reloader) Reload() error {
 		// The certificate is reloaded whatever becomes of the resources.
 		_ = r.tls.reload()
 	}
-	a, err := build(r.cfg, r.log, r.mcp)
+	a, err := build(r.cfg, r.log, r.mcp, r.cur.workers)
 	if err == nil && (a.auth == nil) != (r.callers == nil) {
 		// The server decided at start whether requests are authenticated.
 		err = fmt.Errorf("the reloaded configuration turns authentication %s; that needs a restart", map[bool]string{true: "on", false: "off"}[a.auth != nil])
@@ -186,9 +186,6 @@ func (r *reloader) Reload() error {
 	if err != nil {
 		// Close what the failed build connected; keep what runs.
 		r.mcp.Retain(r.cur.mcp)
-		if a != nil {
-			a.workers.Close()
-		}
 		r.reloads.WithLabelValues("error").Inc()
 		r.log.Error("configuration reload failed; the running configuration stays", "error", err)
 		return err
@@ -199,7 +196,6 @@ func (r *reloader) Reload() error {
 		r.callers.swap(a)
 	}
 	r.mcp.Retain(a.mcp)
-	r.cur.workers.Close() // its calls in flight finish; their workers then exit
 	if r.notifier != nil {
 		r.notifier.Load(a.notifiers)
 	}

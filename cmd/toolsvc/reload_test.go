@@ -132,7 +132,7 @@ func testReloader(t *testing.T, dir string) (rl *reloader, exec *registry.Execut
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	mgr := newMCPManager(cfg, log, make(chan struct{}, 1))
 	t.Cleanup(mgr.Close)
-	a, err := build(cfg, log, mgr)
+	a, err := build(cfg, log, mgr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

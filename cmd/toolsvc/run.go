@@ -92,7 +92,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	case "serve":
 		return serve(ctx, cfg, stdout, stderr)
 	case "validate":
-		a, err := build(cfg, newLogger(cfg, stderr), nil)
+		a, err := build(cfg, newLogger(cfg, stderr), nil, nil)
 		if err != nil {
 			return err
 		}
@@ -172,8 +172,11 @@ func (a *app) bind(exec *registry.Executor, limit plan.Limit) {
 
 // build loads resources and built-in tools into a registry, policy and
 // callers. With mcp nil, MCPServer resources are checked but not
-// contacted.
-func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
+// contacted. The confined tools run in workers, the process's pool (nil:
+// a pool of the configuration's own): every configuration a process loads
+// shares one, so that a reload neither multiplies the workers the memory
+// ceiling is counted for nor closes the pool calls wait on.
+func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager, workers *worker.Pool) (*app, error) {
 	var resources []*config.Resource
 	if len(cfg.ConfigPaths) > 0 {
 		var err error
@@ -254,8 +257,10 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager) (*app, error) {
 	tools = append(tools, fs.Tools(fs.Options{
 		Workspace: ws, MaxReadBytes: cfg.FSMaxReadBytes, MaxWriteBytes: cfg.FSMaxWriteBytes, MaxSearchBytes: cfg.FSMaxSearchBytes,
 	})...)
-	if a.workers, err = newWorkers(cfg, log); err != nil {
-		return nil, err
+	if a.workers = workers; workers == nil {
+		if a.workers, err = newWorkers(cfg, log); err != nil {
+			return nil, err
+		}
 	}
 	tools = append(tools, a.workers.Confine(confinedTools(cfg))...)
 	tools = append(tools, httpfetch.Tools(hopts)...)
@@ -404,11 +409,15 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	mcpChanged := make(chan struct{}, 1)
 	mcp := newMCPManager(cfg, log, mcpChanged)
 	defer mcp.Close()
-	a, err := build(cfg, log, mcp)
+	workers, err := newWorkers(cfg, log)
 	if err != nil {
 		return err
 	}
-	defer a.workers.Close()
+	defer workers.Close()
+	a, err := build(cfg, log, mcp, workers)
+	if err != nil {
+		return err
+	}
 	defer a.ws.Close()
 	obs, err := newObservability(ctx, cfg, stdout, log)
 	if err != nil {
