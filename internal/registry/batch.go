@@ -138,23 +138,51 @@ func (b *batch) run(ctx context.Context, i int) {
 	}
 }
 
-// group runs calls[from:to] with at most n at once. Once ctx ends, calls
-// not yet started are not started.
+// group runs calls[from:to] with at most n at once, and at most as many
+// of one tool at once as the tool's own limit lets run, nor more in all
+// than the service's: the calls beyond wait for the batch's own to end,
+// rather than for a slot those hold, which they could not get within the
+// capacity wait while the batch's own calls are slow. Once ctx ends,
+// calls not yet started are not started.
 func (b *batch) group(ctx context.Context, from, to, n int) {
+	if b.e.slots != nil {
+		n = min(n, cap(b.e.slots))
+	}
 	sem := make(chan struct{}, n)
+	perTool := map[string]chan struct{}{}
+	reg := b.e.Registry()
 	var wg sync.WaitGroup
 	for i := from; i < to; i++ {
+		var own chan struct{} // nil: no limit of the tool's own
+		if t, ok := reg.Lookup(b.calls[i].ToolName); ok && t.slots != nil && cap(t.slots) < n {
+			if own = perTool[t.Name]; own == nil {
+				own = make(chan struct{}, cap(t.slots))
+				perTool[t.Name] = own
+			}
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 		case <-b.e.draining:
+		}
+		if ctx.Err() == nil && !b.e.isDraining() && own != nil {
+			select {
+			case own <- struct{}{}:
+			case <-ctx.Done():
+			case <-b.e.draining:
+			}
 		}
 		if ctx.Err() != nil || b.e.isDraining() {
 			b.notStarted(ctx, i, to)
 			break
 		}
 		wg.Go(func() {
-			defer func() { <-sem }()
+			defer func() {
+				if own != nil {
+					<-own
+				}
+				<-sem
+			}()
 			b.run(ctx, i)
 		})
 	}
@@ -195,6 +223,9 @@ func (b *batch) finish(wait time.Duration) ([]*Result, error) {
 		e := &Error{Code: CodeCanceled,
 			Message:    fmt.Sprintf("not run: the service is at its limit of calls in flight and had no capacity for this call within %s; nothing was executed", wait),
 			Suggestion: "Retry this call in a moment."}
+		if limit := (*ToolLimitError)(nil); errors.As(err, &limit) {
+			e.Message = fmt.Sprintf("not run: tool %s runs at most %d calls at once, and none of its calls ended within %s; nothing was executed", limit.Tool, limit.Max, wait)
+		}
 		if errors.Is(err, ErrUnavailable) {
 			e.Message = "not run: the call store did not answer, so the call could not be recorded; nothing was executed"
 		}

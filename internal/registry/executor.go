@@ -653,12 +653,25 @@ func (e *Executor) acquire(ctx context.Context, tool *Tool) (release func(), err
 	if err != nil {
 		global()
 		if errors.Is(err, ErrOverloaded) {
-			err = fmt.Errorf("%w: tool %s runs at most %d calls at once", ErrOverloaded, tool.Name, tool.MaxConcurrency)
+			err = &ToolLimitError{Tool: tool.Name, Max: tool.MaxConcurrency}
 		}
 		return nil, err
 	}
 	return func() { own(); global() }, nil
 }
+
+// ToolLimitError is ErrOverloaded of a call refused by its tool's own
+// limit (maxConcurrency) rather than the service's.
+type ToolLimitError struct {
+	Tool string
+	Max  int
+}
+
+func (e *ToolLimitError) Error() string {
+	return fmt.Sprintf("%v: tool %s runs at most %d calls at once", ErrOverloaded, e.Tool, e.Max)
+}
+
+func (e *ToolLimitError) Unwrap() error { return ErrOverloaded }
 
 // takeSlot takes one of slots (nil: unbounded). With borrow, when slots
 // has none free, it takes the slot lent by the call that runs this one,
