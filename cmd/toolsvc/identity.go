@@ -79,7 +79,9 @@ func (t *tlsFiles) reload() error {
 		t.log.Error("TLS: the certificate was not reloaded; the previous one stays", "error", err)
 		return fmt.Errorf("TOOLSVC_TLS_CERT_FILE/TOOLSVC_TLS_KEY_FILE: %w", err)
 	}
-	c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
+	// NextProtos offers HTTP/2 as http.Server.ServeTLS does for its own
+	// configuration, which this one replaces at every handshake.
+	c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}, NextProtos: []string{"h2", "http/1.1"}}
 	if t.clientCA != "" {
 		pem, err := os.ReadFile(t.clientCA)
 		if err != nil {

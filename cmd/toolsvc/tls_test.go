@@ -191,6 +191,17 @@ spec:
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// HTTP/2 is offered (ALPN), as a Go server offers it by default: the
+	// per-handshake configuration must say so too.
+	h2 := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true}}
+	if resp, err := h2.Get("https://" + addr + "/healthz"); err != nil {
+		t.Errorf("HTTP/2 client: %v", err)
+	} else {
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			t.Errorf("an HTTP/2 client was served %s", resp.Proto)
+		}
+	}
 	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		resp.Body.Close()
 		if resp.StatusCode == 200 {
