@@ -418,7 +418,18 @@ func (e *Executor) resume(ctx context.Context, a *Approval) *Result {
 	} else {
 		f.caller = &Caller{ID: a.CallerID}
 	}
-	res, _ := e.process(context.WithoutCancel(ctx), f)
+	// The call outlives its approver's request (an approver who leaves
+	// does not stop an approved call), but not the service: at the end of
+	// the drain time it is stopped like every other call (ErrShutdown).
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(context.Cause(ctx), ErrShutdown) {
+			cancel(ErrShutdown)
+		}
+	})
+	defer stop()
+	res, _ := e.process(rctx, f)
 	return res
 }
 
