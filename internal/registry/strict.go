@@ -27,8 +27,11 @@ import (
 // tool's own schema. A schema the form cannot express without refusing
 // valid calls — a value of any type, an object with members it does not
 // name (additionalProperties true or a schema, patternProperties), a
-// tuple, a recursive $ref, a type union, an optional property inside an
-// anyOf branch — has no strict form; Reason says which part.
+// member that only a dropped keyword names (allOf, anyOf, oneOf,
+// if/then/else, dependentSchemas of an object not closed by
+// additionalProperties: false), a tuple, a recursive $ref, a type union,
+// an optional property inside an anyOf branch — has no strict form;
+// Reason says which part.
 type StrictForm struct {
 	// Parameters is the strict schema, nil when there is none.
 	Parameters json.RawMessage
@@ -326,6 +329,15 @@ func (c *strictConverter) object(o, out *orderedObject, depth int, path string) 
 			return nil, notStrict(path, "allows members it does not name (%s); strict mode needs every member named", k)
 		}
 	}
+	// Where additionalProperties is not false, the keywords strict mode
+	// leaves out can let members in (unevaluatedProperties counts what
+	// their branches name) or demand them; a member only they name would
+	// be refused by the strict form, which closes the object.
+	if extra != false {
+		if err := c.namedElsewhere(o, po, path); err != nil {
+			return nil, err
+		}
+	}
 	required := map[string]bool{}
 	if r, ok := o.get("required"); ok {
 		list, _ := r.([]any)
@@ -372,6 +384,154 @@ func (c *strictConverter) object(o, out *orderedObject, depth int, path string) 
 	out.set("required", names)
 	out.set("additionalProperties", false)
 	return shape, nil
+}
+
+// droppedSubschemas are the keywords whose subschemas apply to the object
+// itself and which strict mode lacks; each holds a schema, a list of them
+// or a map of them (dependencies: also lists of member names).
+var droppedSubschemas = []string{"allOf", "anyOf", "oneOf", "if", "then", "else", "dependentSchemas", "dependencies"}
+
+// namedElsewhere refuses object o (its properties props) when the
+// keywords strict mode drops — allOf, anyOf, oneOf, if/then/else,
+// dependentSchemas, dependencies, followed through local $refs — name a
+// member props do not, or let in members nobody names
+// (additionalProperties, patternProperties).
+func (c *strictConverter) namedElsewhere(o, props *orderedObject, path string) error {
+	w := &memberWalk{root: c.root, props: props, path: path, seen: map[*orderedObject]bool{o: true}}
+	return w.dropped(o, path)
+}
+
+// memberWalk looks through the dropped keywords of one object.
+type memberWalk struct {
+	root  *orderedObject
+	props *orderedObject
+	path  string
+	seen  map[*orderedObject]bool
+}
+
+// dropped walks the subschemas of s's dropped keywords; at is where s is.
+func (w *memberWalk) dropped(s *orderedObject, at string) error {
+	for _, k := range droppedSubschemas {
+		v, ok := s.get(k)
+		if !ok {
+			continue
+		}
+		where := at + "/" + k
+		switch v := v.(type) {
+		case []any:
+			for i, b := range v {
+				if err := w.branch(b, fmt.Sprintf("%s/%d", where, i)); err != nil {
+					return err
+				}
+			}
+		case *orderedObject:
+			if k != "dependentSchemas" && k != "dependencies" {
+				if err := w.branch(v, where); err != nil {
+					return err
+				}
+				continue
+			}
+			for _, name := range v.keys {
+				var err error
+				if names, isList := v.m[name].([]any); isList {
+					err = w.names(names, where+"/"+escapePointer(name))
+				} else {
+					err = w.branch(v.m[name], where+"/"+escapePointer(name))
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// branch checks one subschema that applies to the object itself.
+func (w *memberWalk) branch(v any, at string) error {
+	s, ok := v.(*orderedObject)
+	if !ok || w.seen[s] {
+		return nil
+	}
+	w.seen[s] = true
+	if ref, ok := s.get("$ref"); ok {
+		if err := w.branch(defined(w.root, ref), at); err != nil {
+			return err
+		}
+	}
+	if p, ok := s.get("properties"); ok {
+		if po, ok := p.(*orderedObject); ok {
+			for _, k := range po.keys {
+				if err := w.name(k, at); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if r, ok := s.get("required"); ok {
+		list, _ := r.([]any)
+		if err := w.names(list, at); err != nil {
+			return err
+		}
+	}
+	if d, ok := s.get("dependentRequired"); ok {
+		if do, ok := d.(*orderedObject); ok {
+			for _, k := range do.keys {
+				list, _ := do.m[k].([]any)
+				if err := w.names(list, at); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, k := range []string{"additionalProperties", "patternProperties"} {
+		if v, ok := s.get(k); ok && v != false {
+			return notStrict(w.path, "lets in members it does not name (%s at %s), which strict mode lacks", k, at)
+		}
+	}
+	return w.dropped(s, at)
+}
+
+func (w *memberWalk) names(list []any, at string) error {
+	for _, n := range list {
+		if s, ok := n.(string); ok {
+			if err := w.name(s, at); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (w *memberWalk) name(n, at string) error {
+	if w.props.has(n) {
+		return nil
+	}
+	return notStrict(w.path, "names member %q only at %s, in a keyword strict mode lacks; the strict form would refuse a member the schema accepts or requires", n, at)
+}
+
+// localRef splits a $ref into the schema's own $defs (or definitions)
+// into the section and the name; ok is false for any other $ref.
+func localRef(ref any) (section, name string, ok bool) {
+	s, _ := ref.(string)
+	for _, prefix := range []string{"#/$defs/", "#/definitions/"} {
+		if rest, found := strings.CutPrefix(s, prefix); found && rest != "" && !strings.Contains(rest, "/") {
+			return strings.TrimSuffix(strings.TrimPrefix(prefix, "#/"), "/"), unescapePointer(rest), true
+		}
+	}
+	return "", "", false
+}
+
+// defined returns what a local $ref in root points at (nil for nothing).
+func defined(root *orderedObject, ref any) any {
+	section, name, ok := localRef(ref)
+	if !ok {
+		return nil
+	}
+	defs, _ := root.get(section)
+	do, _ := defs.(*orderedObject)
+	target, _ := do.get(name)
+	return target
 }
 
 func (c *strictConverter) array(o, out *orderedObject, depth int, path string) (*nullShape, error) {
@@ -439,13 +599,8 @@ func (c *strictConverter) branches(o, out *orderedObject, depth int, path string
 // are followed, and a recursive one has no strict form.
 func (c *strictConverter) inline(o *orderedObject, ref any, depth int, path string) (*orderedObject, *nullShape, error) {
 	s, _ := ref.(string)
-	var section, name string
-	for _, prefix := range []string{"#/$defs/", "#/definitions/"} {
-		if rest, ok := strings.CutPrefix(s, prefix); ok && rest != "" && !strings.Contains(rest, "/") {
-			section, name = strings.TrimSuffix(strings.TrimPrefix(prefix, "#/"), "/"), unescapePointer(rest)
-		}
-	}
-	if section == "" {
+	section, name, ok := localRef(ref)
+	if !ok {
 		return nil, nil, notStrict(path, "has a $ref (%s) other than one into its own $defs", s)
 	}
 	if slices.Contains(c.refs, s) {
@@ -519,8 +674,16 @@ func makeNullable(o *orderedObject) {
 		o.set("anyOf", append(alts.([]any), &orderedObject{keys: []string{"type"}, m: map[string]any{"type": "null"}}))
 		return
 	}
-	if t, ok := o.get("type"); ok {
-		o.set("type", []any{t, "null"})
+	switch t, _ := o.get("type"); t := t.(type) {
+	case string:
+		if t != "null" {
+			o.set("type", []any{t, "null"})
+		}
+	case []any:
+		// A list already naming null (its enum or const did not) stays.
+		if !slices.Contains(t, any("null")) {
+			o.set("type", append(slices.Clone(t), "null"))
+		}
 	}
 	if c, ok := o.get("const"); ok {
 		o.del("const")
@@ -566,6 +729,30 @@ func (o *orderedObject) get(k string) (any, bool) {
 }
 
 func (o *orderedObject) has(k string) bool { _, ok := o.get(k); return ok }
+
+// lookup returns member k, nil when there is none.
+func (o *orderedObject) lookup(k string) any { v, _ := o.get(k); return v }
+
+// keyList returns the member names in order (none for a nil object).
+func (o *orderedObject) keyList() []string {
+	if o == nil {
+		return nil
+	}
+	return o.keys
+}
+
+// rename gives member from the name to, in from's place; a member
+// already called to goes.
+func (o *orderedObject) rename(from, to string) {
+	v, ok := o.get(from)
+	if !ok || from == to {
+		return
+	}
+	o.del(to)
+	o.keys[slices.Index(o.keys, from)] = to
+	delete(o.m, from)
+	o.m[to] = v
+}
 
 func (o *orderedObject) set(k string, v any) {
 	if o.m == nil {

@@ -1,11 +1,14 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 func TestStrictForm(t *testing.T) {
@@ -35,6 +38,30 @@ func TestStrictForm(t *testing.T) {
 		{"local $ref inlined, optional at each use",
 			`{"type":"object","$defs":{"pt":{"type":"object","properties":{"x":{"type":"number"}},"additionalProperties":false}},"required":["a"],"properties":{"a":{"$ref":"#/$defs/pt"},"b":{"$ref":"#/$defs/pt","description":"B."}},"additionalProperties":false}`,
 			`{"type":"object","properties":{"a":{"type":"object","properties":{"x":{"type":["number","null"]}},"required":["x"],"additionalProperties":false},"b":{"type":["object","null"],"properties":{"x":{"type":["number","null"]}},"required":["x"],"additionalProperties":false,"description":"B."}},"required":["a","b"],"additionalProperties":false}`},
+		{"optional with a type list and an enum without null: null joins both",
+			`{"type":"object","properties":{"a":{"type":["string","null"],"enum":["a","b"]},"b":{"type":["integer","null"],"const":1}},"additionalProperties":false}`,
+			`{"type":"object","properties":{"a":{"type":["string","null"],"enum":["a","b",null]},"b":{"type":["integer","null"],"enum":[1,null]}},"required":["a","b"],"additionalProperties":false}`},
+		{"closed by additionalProperties, a member only allOf names is refused by the schema too",
+			`{"type":"object","properties":{"a":{"type":"string"}},"allOf":[{"properties":{"b":{"type":"integer"}}}],"additionalProperties":false}`,
+			`{"type":"object","properties":{"a":{"type":["string","null"]}},"required":["a"],"additionalProperties":false}`},
+		{"closed by unevaluatedProperties, branches naming only declared members",
+			`{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}},"allOf":[{"$ref":"#/$defs/needsB"}],"anyOf":[{"required":["a"]},{"properties":{"b":{"minimum":1}}}],"unevaluatedProperties":false,"$defs":{"needsB":{"required":["b"]}}}`,
+			`{"type":"object","properties":{"a":{"type":["string","null"]},"b":{"type":["integer","null"]}},"required":["a","b"],"additionalProperties":false}`},
+		{"a member only allOf names, under unevaluatedProperties",
+			`{"type":"object","properties":{"a":{"type":"string"}},"allOf":[{"properties":{"b":{"type":"integer"}},"required":["b"]}],"unevaluatedProperties":false}`,
+			`!names member "b" only at /allOf/0`},
+		{"a member only then requires",
+			`{"type":"object","properties":{"a":{"type":"string"}},"if":{"required":["a"]},"then":{"required":["c"]}}`,
+			`!names member "c" only at /then`},
+		{"a member only dependentSchemas names, nested",
+			`{"type":"object","required":["o"],"properties":{"o":{"type":"object","properties":{"a":{"type":"string"}},"dependentSchemas":{"a":{"properties":{"d":{"type":"string"}}}},"unevaluatedProperties":false}},"additionalProperties":false}`,
+			`!the schema at /properties/o names member "d" only at /properties/o/dependentSchemas/a`},
+		{"a member only a $ref'd oneOf branch names",
+			`{"type":"object","properties":{"a":{"type":"string"}},"oneOf":[{"$ref":"#/$defs/x"},{"required":["a"]}],"$defs":{"x":{"allOf":[{"required":["e"]}]}},"unevaluatedProperties":false}`,
+			`!names member "e" only at /oneOf/0/allOf/0`},
+		{"a branch letting in any member, under unevaluatedProperties",
+			`{"type":"object","properties":{"a":{"type":"string"}},"anyOf":[{"additionalProperties":{"type":"string"}}],"unevaluatedProperties":false}`,
+			`!lets in members it does not name (additionalProperties at /anyOf/0)`},
 		{"any value", `{"type":"object","properties":{"input":{"description":"Any JSON."}},"additionalProperties":false}`, "!/properties/input accepts any JSON value"},
 		{"open map", `{"type":"object","properties":{"h":{"type":"object","additionalProperties":{"type":"string"}}},"additionalProperties":false}`, "!/properties/h allows members it does not name"},
 		{"any object", `{"type":"object","properties":{"args":{"type":"object"}},"additionalProperties":false}`, "!/properties/args is an object with any members"},
@@ -59,6 +86,60 @@ func TestStrictForm(t *testing.T) {
 			t.Errorf("%s:\n got %s %q\nwant %s", c.name, f.Parameters, f.Reason, c.want)
 		}
 	}
+}
+
+// TestStrictFormAcceptsTheSchema: for each schema and arguments it
+// accepts, what a strict-mode model may send for them — every optional
+// property absent as null — passes the strict form, and, its nulls
+// dropped, the schema again.
+func TestStrictFormAcceptsTheSchema(t *testing.T) {
+	cases := []struct{ schema, args string }{
+		{`{"type":"object","properties":{"a":{"type":["string","null"],"enum":["a","b"]}},"additionalProperties":false}`, `{}`},
+		{`{"type":"object","properties":{"a":{"type":["string","null"],"enum":["a","b"]}},"additionalProperties":false}`, `{"a":"b"}`},
+		{`{"type":"object","properties":{"a":{"type":["string","null"],"const":"a"},"n":{"type":"integer"}},"additionalProperties":false}`, `{"n":1}`},
+	}
+	for _, c := range cases {
+		f := strictForm(json.RawMessage(c.schema))
+		if f.Parameters == nil {
+			t.Errorf("%s: %s", c.schema, f.Reason)
+			continue
+		}
+		strict, err := compile2020(f.Parameters)
+		if err != nil {
+			t.Errorf("%s: the strict form is not a schema: %v\n%s", c.schema, err, f.Parameters)
+			continue
+		}
+		own, err := compileSchema("t__own", json.RawMessage(c.schema))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var args map[string]any
+		if err := json.Unmarshal([]byte(c.args), &args); err != nil {
+			t.Fatal(err)
+		}
+		var props struct{ Properties map[string]any }
+		_ = json.Unmarshal(f.Parameters, &props)
+		for k := range props.Properties {
+			if _, ok := args[k]; !ok {
+				args[k] = nil
+			}
+		}
+		sent, _ := json.Marshal(args)
+		if err := validateJSON(strict, sent); err != nil {
+			t.Errorf("%s: the strict form refuses %s: %v", c.schema, sent, err)
+		}
+		if err := validateJSON(own, f.DropNulls(sent)); err != nil {
+			t.Errorf("%s: %s, its nulls dropped (%s), fails the schema: %v", c.schema, sent, f.DropNulls(sent), err)
+		}
+	}
+}
+
+func validateJSON(s *jsonschema.Schema, raw []byte) error {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return err
+	}
+	return s.Validate(doc)
 }
 
 // TestStrictDropNulls: only the nulls that stand for an absent optional
@@ -106,4 +187,20 @@ func TestStrictCallRuns(t *testing.T) {
 	if err != nil || res.Code() != CodeInvalidArguments {
 		t.Errorf("native call with a null: %v %+v", err, res.Error)
 	}
+}
+
+// compile2020 compiles schema (without $schema) as draft 2020-12,
+// checking it against that draft's metaschema.
+func compile2020(schema []byte) (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(noLoader{})
+	if err := c.AddResource("toolsvc:///form.json", doc); err != nil {
+		return nil, err
+	}
+	return c.Compile("toolsvc:///form.json")
 }
