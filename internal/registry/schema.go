@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
@@ -58,6 +60,15 @@ func compileObjectSchema(what, url string, raw json.RawMessage) (*jsonschema.Sch
 	return sch, nil
 }
 
+// maxDetailMessage bounds each detail's message, in characters: a value,
+// a pattern or an enum of the schema can be any size, and every detail
+// reaches the model.
+const maxDetailMessage = 400
+
+// maxListed is how many enum values or member names a message lists
+// before it counts the rest.
+const maxListed = 10
+
 // validationError turns a schema validation failure into an
 // E_INVALID_ARGUMENTS error a model can act on.
 func validationError(t *Tool, err error) *Error {
@@ -67,6 +78,11 @@ func validationError(t *Tool, err error) *Error {
 	}
 	var details []Detail
 	collectViolations(message.NewPrinter(language.English), ve, &details)
+	if t.ErrorMessageLimit > 0 && t.ErrorMessageLimit < maxDetailMessage {
+		for i := range details {
+			details[i].Message = truncateMessage(details[i].Message, t.ErrorMessageLimit)
+		}
+	}
 	sort.SliceStable(details, func(i, j int) bool { return details[i].Path < details[j].Path })
 	var msg strings.Builder
 	fmt.Fprintf(&msg, "arguments do not match the schema of %s: ", t.Name)
@@ -94,14 +110,95 @@ func (d Detail) String() string {
 	return "at " + d.Path + ": " + d.Message
 }
 
+// collectViolations appends what is wrong by ve to out, each message cut
+// to maxDetailMessage characters.
 func collectViolations(p *message.Printer, ve *jsonschema.ValidationError, out *[]Detail) {
-	if len(ve.Causes) > 0 {
-		for _, c := range ve.Causes {
-			collectViolations(p, c, out)
-		}
-		return
+	for _, v := range violations(p, ve) {
+		*out = append(*out, Detail{Path: v.Path, Message: truncateMessage(v.Message, maxDetailMessage)})
 	}
-	*out = append(*out, Detail{Path: jsonPointer(ve.InstanceLocation), Message: describe(p, ve.ErrorKind)})
+}
+
+// violation is a detail and the kind of failure it describes.
+type violation struct {
+	Detail
+	kind jsonschema.ErrorKind
+}
+
+// violations returns what is wrong, one violation per failed keyword,
+// except that a choice (anyOf, oneOf) no alternative matched is one
+// violation saying what each alternative lacks: listed side by side, the
+// alternatives' failures would each read as a requirement.
+func violations(p *message.Printer, ve *jsonschema.ValidationError) []violation {
+	switch k := ve.ErrorKind.(type) {
+	case *kind.AnyOf:
+		if len(ve.Causes) > 0 {
+			return []violation{choice(p, ve)}
+		}
+	case *kind.OneOf:
+		if len(k.Subschemas) == 0 && len(ve.Causes) > 0 {
+			return []violation{choice(p, ve)}
+		}
+	}
+	if len(ve.Causes) > 0 {
+		var out []violation
+		for _, c := range ve.Causes {
+			out = append(out, violations(p, c)...)
+		}
+		return out
+	}
+	msg := truncateMessage(describe(p, ve.ErrorKind), maxDetailMessage)
+	return []violation{{Detail{Path: jsonPointer(ve.InstanceLocation), Message: msg}, ve.ErrorKind}}
+}
+
+// choice describes a choice none of whose alternatives (ve's causes, one
+// each) matched.
+func choice(p *message.Printer, ve *jsonschema.ValidationError) violation {
+	path := jsonPointer(ve.InstanceLocation)
+	alts := make([][]violation, len(ve.Causes))
+	// Alternatives that differ only in type read as one expectation.
+	onlyTypes := true
+	var types []string
+	got := ""
+	for i, c := range ve.Causes {
+		alt := violations(p, c)
+		sort.SliceStable(alt, func(a, b int) bool { return alt[a].Path < alt[b].Path })
+		alts[i] = alt
+		t, isType := alt[0].kind.(*kind.Type)
+		if !isType || len(alt) > 1 || alt[0].Path != path {
+			onlyTypes = false
+			continue
+		}
+		for _, w := range t.Want {
+			if !slices.Contains(types, w) {
+				types = append(types, w)
+			}
+		}
+		got = t.Got
+	}
+	if onlyTypes {
+		return violation{Detail{Path: path, Message: "expected " + strings.Join(types, " or ") + ", got " + got}, ve.ErrorKind}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "must match one of %d alternatives: ", len(alts))
+	for i, alt := range alts {
+		if i > 0 {
+			b.WriteString("; or ")
+		}
+		fmt.Fprintf(&b, "(%d) ", i+1)
+		for j, v := range alt {
+			if j > 0 {
+				b.WriteString(" and ")
+			}
+			if v.Path != path {
+				b.WriteString("at " + v.Path + ": ")
+			}
+			b.WriteString(v.Message)
+		}
+		if b.Len() > 4*maxDetailMessage {
+			break // cut anyway; the rest would only be thrown away
+		}
+	}
+	return violation{Detail{Path: path, Message: b.String()}, ve.ErrorKind}
 }
 
 func describe(printer *message.Printer, k jsonschema.ErrorKind) string {
@@ -111,14 +208,21 @@ func describe(printer *message.Printer, k jsonschema.ErrorKind) string {
 	case *kind.Type:
 		return "expected " + strings.Join(k.Want, " or ") + ", got " + k.Got
 	case *kind.AdditionalProperties:
-		return "unknown " + plural(len(k.Properties), "property", "properties") + " " + quoteAll(k.Properties) + " (not in the schema)"
+		return "unknown " + plural(len(k.Properties), "property", "properties") + " " + quoteAll(slices.Sorted(slices.Values(k.Properties))) + " (not in the schema)"
 	case *kind.Enum:
-		want := make([]string, len(k.Want))
-		for i, w := range k.Want {
-			b, _ := json.Marshal(w)
-			want[i] = string(b)
+		return "expected " + oneOf(k.Want)
+	case *kind.Const:
+		return "expected " + clipValue(k.Want)
+	case *kind.Pattern:
+		return clipValue(k.Got) + " does not match the pattern " + clipValue(k.Want)
+	case *kind.Format:
+		return fmt.Sprintf("%s is not a valid %s: %v", clipValue(k.Got), k.Want, k.Err)
+	case *kind.OneOf:
+		if len(k.Subschemas) == 2 {
+			return fmt.Sprintf("matches alternatives %d and %d, but must match exactly one", k.Subschemas[0]+1, k.Subschemas[1]+1)
 		}
-		return "expected one of " + strings.Join(want, ", ")
+	case *kind.Not:
+		return "matches a schema it must not match (not)"
 	case *kind.FalseSchema:
 		return "not allowed here"
 	}
@@ -128,6 +232,42 @@ func describe(printer *message.Printer, k jsonschema.ErrorKind) string {
 	return fmt.Sprint(k)
 }
 
+// oneOf lists the values of an enum, or, for a long one, how many there
+// are and the first few.
+func oneOf(values []any) string {
+	want := make([]string, 0, min(len(values), maxListed))
+	n := 0
+	for _, v := range values {
+		s := clipValue(v)
+		if len(want) == maxListed || len(want) > 0 && n+len(s) > maxDetailMessage/2 {
+			return fmt.Sprintf("one of %d values, e.g. %s …", len(values), strings.Join(want, ", "))
+		}
+		want = append(want, s)
+		n += len(s) + 2
+	}
+	return "one of " + strings.Join(want, ", ")
+}
+
+// clipValue renders a value of the arguments or the schema as JSON, cut
+// to a few dozen characters (a string inside its quotes).
+func clipValue(v any) string {
+	const limit = 60
+	if s, ok := v.(string); ok && utf8.RuneCountInString(s) > limit-2 {
+		v = string([]rune(s)[:limit-3]) + "…" // with its quotes, limit
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(v) != nil {
+		return fmt.Sprint(v)
+	}
+	s := strings.TrimSuffix(buf.String(), "\n")
+	if utf8.RuneCountInString(s) <= limit {
+		return s
+	}
+	return string([]rune(s)[:limit-1]) + "…"
+}
+
 func plural(n int, one, many string) string {
 	if n == 1 {
 		return one
@@ -135,10 +275,14 @@ func plural(n int, one, many string) string {
 	return many
 }
 
+// quoteAll lists member names, the first maxListed of many.
 func quoteAll(names []string) string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = "'" + n + "'"
+	q := make([]string, 0, min(len(names), maxListed))
+	for _, n := range names[:min(len(names), maxListed)] {
+		q = append(q, "'"+n+"'")
+	}
+	if more := len(names) - len(q); more > 0 {
+		q = append(q, fmt.Sprintf("and %d more", more))
 	}
 	return strings.Join(q, ", ")
 }
