@@ -106,21 +106,25 @@ func perTool[T any](one func(t *registry.Tool) T) catalogFormatter {
 	}
 }
 
+// OpenAI and Anthropic get a tool's parameters in the form they take
+// (registry.Tool.ProviderParameters): without the combinators they refuse
+// at the root, in draft 2020-12's words.
+
 func openAIEntry(t *registry.Tool) openAITool {
-	return openAITool{Type: "function", Function: openAIFunction{Name: t.Name, Description: t.Description, Parameters: t.Parameters}}
+	return openAITool{Type: "function", Function: openAIFunction{Name: t.Name, Description: t.Description, Parameters: t.ProviderParameters()}}
 }
 
 func openAIResponsesEntry(t *registry.Tool) openAIResponsesTool {
-	return openAIResponsesTool{Type: "function", Name: t.Name, Description: t.Description, Parameters: t.Parameters}
+	return openAIResponsesTool{Type: "function", Name: t.Name, Description: t.Description, Parameters: t.ProviderParameters()}
 }
 
 // strictParameters returns the strict form of t's parameters and true, or
-// its own parameters and false when they have none.
+// their provider form and false when they have none.
 func strictParameters(t *registry.Tool) (json.RawMessage, bool) {
 	if f := t.Strict(); f.Parameters != nil {
 		return f.Parameters, true
 	}
-	return t.Parameters, false
+	return t.ProviderParameters(), false
 }
 
 func openAIStrictEntry(t *registry.Tool) openAITool {
@@ -151,7 +155,7 @@ func notStrict(ts []*registry.Tool) []notStrictTool {
 }
 
 func anthropicEntry(t *registry.Tool) anthropicTool {
-	return anthropicTool{Name: t.Name, Description: t.Description, InputSchema: t.Parameters}
+	return anthropicTool{Name: t.Name, Description: t.Description, InputSchema: t.ProviderParameters()}
 }
 
 func geminiEntry(t *registry.Tool) geminiDeclaration {

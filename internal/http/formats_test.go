@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,11 +16,17 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"google.golang.org/genai"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/tools/data"
+	"github.com/toolsvc/toolsvc/internal/tools/fs"
+	"github.com/toolsvc/toolsvc/internal/tools/httpfetch"
 	"github.com/toolsvc/toolsvc/internal/tools/jsonq"
+	resulttool "github.com/toolsvc/toolsvc/internal/tools/result"
 	"github.com/toolsvc/toolsvc/internal/tools/text"
+	"github.com/toolsvc/toolsvc/internal/tools/workspace"
 )
 
 // richSchema uses what real tool schemas use: $schema, $defs and $ref,
@@ -161,14 +169,20 @@ func catalogEntries(t *testing.T, e *env, f string) []json.RawMessage {
 	return cat.Tools
 }
 
-// checkTool compares what a library decoded with the registered tool.
+// checkTool compares what a library decoded with the registered tool:
+// OpenAI and Anthropic get the provider form of its schema, the others
+// the schema itself.
 func checkTool(t *testing.T, format string, want *registry.Tool, name, description string, schema []byte) {
 	t.Helper()
 	if name != want.Name || description != want.Description {
 		t.Errorf("%s: %q %q, want %q %q", format, name, description, want.Name, want.Description)
 	}
-	if !sameJSON(t, schema, want.Parameters) {
-		t.Errorf("%s: schema of %s changed:\n got  %s\n want %s", format, want.Name, schema, want.Parameters)
+	wantSchema := want.Parameters
+	if strings.HasPrefix(format, "openai") || strings.HasPrefix(format, "anthropic") {
+		wantSchema = want.ProviderParameters()
+	}
+	if !sameJSON(t, schema, wantSchema) {
+		t.Errorf("%s: schema of %s changed:\n got  %s\n want %s", format, want.Name, schema, wantSchema)
 	}
 }
 
@@ -457,7 +471,7 @@ func TestStrictCatalog(t *testing.T) {
 			t.Fatalf("%s: strict %v, want %v", raw, f.Strict, !wantNot[f.Name])
 		}
 		params := marshalled(t, f.Parameters)
-		if want := tools[i].Strict(); f.Strict.Value && !sameJSON(t, params, want.Parameters) || !f.Strict.Value && !sameJSON(t, params, tools[i].Parameters) {
+		if want := tools[i].Strict(); f.Strict.Value && !sameJSON(t, params, want.Parameters) || !f.Strict.Value && !sameJSON(t, params, tools[i].ProviderParameters()) {
 			t.Errorf("%s: parameters %s", f.Name, params)
 		}
 	}
@@ -523,5 +537,130 @@ func TestStrictCalls(t *testing.T) {
 	}
 	if r := e.do("POST", "/calls?strict=yes", []byte(`{"toolName":"test__say"}`), jsonCT, false); r.status != 400 {
 		t.Errorf("strict=yes: %d %s", r.status, r.body)
+	}
+}
+
+// TestProviderCatalog: the catalog in the OpenAI and Anthropic shapes has
+// no root keyword those APIs refuse (allOf, anyOf, oneOf, not, enum,
+// const) and no schema of a draft before 2020-12, for the built-ins
+// (text__transform's schema is a root allOf) and for custom or imported
+// tools; the other shapes serve every schema as it is.
+func TestProviderCatalog(t *testing.T) {
+	ws, err := workspace.New(t.TempDir(), workspace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	say := registry.Func(func(ctx context.Context, r *registry.Request) (any, error) { return "ok", nil })
+	resultTools, _ := resulttool.Tools(resulttool.Options{})
+	tools := slices.Concat(text.Tools(), jsonq.Tools(), data.Tools(data.Options{}), fs.Tools(fs.Options{Workspace: ws}),
+		httpfetch.Tools(httpfetch.Options{}), resultTools, []*registry.Tool{
+			{Definition: registry.Definition{Name: "mcp__pick", Description: "Imported.", Tier: registry.ReadOnly, Parameters: json.RawMessage(
+				`{"type":"object","oneOf":[{"$ref":"#/$defs/byID"},{"properties":{"name":{"type":"string"}},"required":["name"]}],"$defs":{"byID":{"properties":{"id":{"type":"integer"}},"required":["id"]}}}`)}, Handler: say},
+			{Definition: registry.Definition{Name: "custom__old", Description: "Draft-04.", Tier: registry.ReadOnly, Parameters: json.RawMessage(
+				`{"$schema":"http://json-schema.org/draft-04/schema#","type":"object","properties":{"n":{"type":"number","maximum":1,"exclusiveMaximum":true}},"anyOf":[{"required":["n"]}]}`)}, Handler: say},
+		})
+	e := newEnv(t, func(d *Deps, o *registry.Options) {
+		reg, err := registry.New(registry.Defaults{Timeout: 5 * time.Second, MaxOutputBytes: 16384, ErrorMessageLimit: 1000}, tools...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Registry = reg
+	})
+	schemaOf := map[string]func(json.RawMessage) (string, json.RawMessage){
+		"openai": func(raw json.RawMessage) (string, json.RawMessage) {
+			var v struct {
+				Function struct {
+					Name       string
+					Parameters json.RawMessage
+				}
+			}
+			_ = json.Unmarshal(raw, &v)
+			return v.Function.Name, v.Function.Parameters
+		},
+		"openai-responses": func(raw json.RawMessage) (string, json.RawMessage) {
+			var v struct {
+				Name       string
+				Parameters json.RawMessage
+			}
+			_ = json.Unmarshal(raw, &v)
+			return v.Name, v.Parameters
+		},
+		"anthropic": func(raw json.RawMessage) (string, json.RawMessage) {
+			var v struct {
+				Name        string
+				InputSchema json.RawMessage `json:"input_schema"`
+			}
+			_ = json.Unmarshal(raw, &v)
+			return v.Name, v.InputSchema
+		},
+	}
+	schemaOf["openai&strict=true"] = schemaOf["openai"]
+	schemaOf["openai-responses&strict=true"] = schemaOf["openai-responses"]
+	for format, of := range schemaOf {
+		entries := catalogEntries(t, e, format)
+		if len(entries) != len(tools) {
+			t.Fatalf("%s: %d entries", format, len(entries))
+		}
+		for _, raw := range entries {
+			name, schema := of(raw)
+			var root map[string]json.RawMessage
+			if err := json.Unmarshal(schema, &root); err != nil || root["type"] == nil {
+				t.Fatalf("%s: %s: %v %s", format, name, err, schema)
+			}
+			for _, k := range []string{"allOf", "anyOf", "oneOf", "not", "enum", "const", "$schema"} {
+				if _, ok := root[k]; ok {
+					t.Errorf("%s: %s has %s at its root: %.300s", format, name, k, schema)
+				}
+			}
+			if err := compile2020(schema); err != nil {
+				t.Errorf("%s: %s is not draft 2020-12: %v", format, name, err)
+			}
+			if name == "mcp__pick" && !bytes.Contains(schema, []byte(`"properties":{"id":{"type":"integer"},"name":{"type":"string"}}`)) {
+				t.Errorf("%s: %s: the branches' properties are lost: %s", format, name, schema)
+			}
+		}
+	}
+	// Native, Gemini and MCP serve the schema itself, root allOf and all.
+	for _, path := range []string{"/tools/text__transform", "/tools/text__transform?format=gemini", "/tools/text__transform?format=mcp"} {
+		if r := e.do("GET", path, nil, nil, true); r.status != 200 || !bytes.Contains(r.body, []byte(`"allOf"`)) {
+			t.Errorf("%s: %d %.300s", path, r.status, r.body)
+		}
+	}
+	// The full schema still judges calls.
+	_, res := e.call("/calls", `{"toolName":"text__transform","arguments":{"operation":"replace","text":"a"}}`)
+	if res.Code() != registry.CodeInvalidArguments || !strings.Contains(res.Error.Message, "'find'") {
+		t.Errorf("text__transform without find: %+v", res.Error)
+	}
+}
+
+// compile2020 compiles schema as draft 2020-12, against its metaschema.
+func compile2020(schema []byte) error {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	if err != nil {
+		return err
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	if err := c.AddResource("toolsvc:///form.json", doc); err != nil {
+		return err
+	}
+	_, err = c.Compile("toolsvc:///form.json")
+	return err
+}
+
+// TestToolNamePattern: the contract's ToolName takes exactly the names
+// the registry takes.
+func TestToolNamePattern(t *testing.T) {
+	s := loadContract(t).doc.Components.Schemas["ToolName"].Value
+	re := regexp.MustCompile(s.Pattern)
+	names := []string{"fs__read", "a__b", "my-tool__do_it", "A1__b-2", "a__1x", "a__-x", "a_b-c__d_e",
+		strings.Repeat("a", 30) + "__" + strings.Repeat("b", 32), strings.Repeat("a", 31) + "__" + strings.Repeat("b", 32),
+		"", "fs", "fs_read", "__read", "fs__", "_fs__read", "fs___read", "fs__read_", "fs__re__ad", "f s__read", "fs__réad",
+		"fs.x__read", "1fs__read", "-fs__read", "fs-__read", "fs_-x__read", "fs__a_", "fs__a__"}
+	for _, n := range names {
+		contract := re.MatchString(n) && (s.MaxLength == nil || uint64(len(n)) <= *s.MaxLength)
+		if code := registry.ValidateName(n) == nil; contract != code {
+			t.Errorf("%q: the contract takes it %v, the registry %v", n, contract, code)
+		}
 	}
 }

@@ -152,6 +152,7 @@ func prepare(t *Tool, d Defaults) error {
 	name, params := t.Name, t.Parameters
 	t.suggestion = sync.OnceValue(func() string { return exampleSuggestion(name, params) })
 	t.strict = sync.OnceValue(func() *StrictForm { return strictForm(params) })
+	t.provider = sync.OnceValue(providerFunc(params))
 	t.spanName = "execute_tool " + t.Name
 	t.lowerName = strings.ToLower(t.Name)
 	return nil
