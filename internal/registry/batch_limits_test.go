@@ -14,7 +14,10 @@ import (
 // the capacity wait for slots the batch's slow calls held, and were
 // refused.
 func TestBatchWaitsForItsOwnCalls(t *testing.T) {
-	slow := func(ctx context.Context, r *Request) (any, error) { time.Sleep(100 * time.Millisecond); return "ok", nil }
+	slow := func(ctx context.Context, r *Request) (any, error) {
+		time.Sleep(100 * time.Millisecond)
+		return "ok", nil
+	}
 	limited := tool("t__limited", ReadOnly, slow)
 	limited.MaxConcurrency = 2
 	free := tool("t__free", ReadOnly, slow)
