@@ -32,7 +32,7 @@ func (s *Server) addRoutes(r chi.Router) {
 	}
 
 	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate)
+		r.Use(s.authenticate, s.queryOnce)
 		r.Get("/tools", s.handle(s.handleListTools))
 		r.Get("/tools/{name}", s.handle(s.handleGetTool))
 		r.With(s.require(registry.ScopeCall), s.admitCall).Post("/calls", s.handle(s.handleCall))

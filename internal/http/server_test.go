@@ -280,7 +280,7 @@ func TestCatalog(t *testing.T) {
 	if r := e.do("GET", "/tools?tier=privileged", nil, map[string]string{"If-None-Match": etag}, true); r.status != 200 || r.header.Get("ETag") == etag {
 		t.Errorf("filtered catalog reused the ETag")
 	}
-	for q, want := range map[string]string{"?tier=privileged": "test__priv", "?q=JQ": "json__query", "?names=test__big,text__transform": "test__big,text__transform", "?tag=text": "text__transform"} {
+	for q, want := range map[string]string{"?tier=privileged": "test__priv", "?q=JQ": "json__query", "?names=test__big,text__transform": "test__big,text__transform", "?names=test__big&names=text__transform": "test__big,text__transform", "?tag=text": "text__transform"} {
 		var c struct{ Tools []registry.Definition }
 		e.do("GET", "/tools"+q, nil, nil, true).json(t, &c)
 		var names []string
@@ -302,6 +302,12 @@ func TestCatalog(t *testing.T) {
 	}
 	if r := e.do("GET", "/tools?tier=root", nil, nil, false); r.status != 400 {
 		t.Errorf("bad tier: %d", r.status)
+	}
+	// A parameter given twice would be read as its first value.
+	for _, q := range []string{"?tier=read_only&tier=bogus", "?format=openai&format=anthropic", "?q=a&q=b"} {
+		if r := e.do("GET", "/tools"+q, nil, nil, false); r.status != 400 || !bytes.Contains(r.body, []byte("given 2 times")) {
+			t.Errorf("GET /tools%s: %d %s", q, r.status, r.body)
+		}
 	}
 	if r := e.do("GET", "/tools/json__query", nil, nil, true); r.status != 200 || !bytes.Contains(r.body, []byte(`"name":"json__query"`)) {
 		t.Errorf("GET /tools/json__query: %d %s", r.status, r.body)
