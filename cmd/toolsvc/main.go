@@ -16,6 +16,10 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	// The first signal drains; a second one ends the process at once, as
+	// the default action does (the store keeps what was acknowledged,
+	// and a call it recorded as running reads E_INTERRUPTED after).
+	context.AfterFunc(ctx, stop)
 	// Only a change is set: setting GOMAXPROCS stops the runtime from
 	// following later changes of the CPU limit.
 	embedded := os.Getenv("TOOLSVC_STORE_URL") == ""

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSecondSignalStopsAtOnce: SIGTERM drains, waiting for the calls in
+// flight up to TOOLSVC_SHUTDOWN_TIMEOUT; a second SIGTERM (an operator's
+// second Ctrl-C) ends the process at once rather than being ignored.
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // accepted, never answered
+		}
+	}()
+	p := startBinary(t, "TOOLSVC_SHUTDOWN_TIMEOUT=60s", "TOOLSVC_HTTP_ALLOW_CIDRS=127.0.0.1/32")
+	go p.trySend("POST", "/calls", `{"toolName":"http__get","arguments":{"url":"http://`+silent.Addr().String()+`/"}}`)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(p.send("GET", "/metrics", "").body, `toolsvc_tool_calls_in_flight{tool="http__get"} 1`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the call is not in flight:\n%s", p.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	deadline = time.Now().Add(10 * time.Second)
+	for !strings.Contains(p.log(), "draining") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no drain after SIGTERM:\n%s", p.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-p.exited:
+		t.Fatalf("the process did not wait for the call in flight:\n%s", p.log())
+	case <-time.After(500 * time.Millisecond):
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still running 10 s after a second SIGTERM:\n%s", p.log())
+	}
+}
