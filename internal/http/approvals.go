@@ -42,6 +42,9 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 	}
 	caller := CallerFrom(r.Context())
 	id := ui.PathParam(r, "toolCallId")
+	if err := checkPathID(id); err != nil {
+		return err
+	}
 	rec, err := st.GetCall(r.Context(), caller.ID, id)
 	if errors.Is(err, registry.ErrNotFound) {
 		return problem(kindNotFound, "no call "+id+" of this caller is recorded (read_only calls are recorded only with \"record\": true)")
@@ -172,6 +175,9 @@ func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	id := ui.PathParam(r, "id")
+	if err := checkPathID(id); err != nil {
+		return err
+	}
 	a, err := st.GetApproval(r.Context(), id)
 	caller := CallerFrom(r.Context())
 	if errors.Is(err, registry.ErrNotFound) || (err == nil && !canSeeAll(caller) && a.CallerID != caller.ID) {
@@ -215,6 +221,9 @@ func (s *Server) handleDecide(w http.ResponseWriter, r *http.Request) error {
 		return problem(kindInvalidDecision, msg)
 	}
 	id := ui.PathParam(r, "id")
+	if err := checkPathID(id); err != nil {
+		return err
+	}
 	_, res, err := s.deps.Executor.Decide(r.Context(), CallerFrom(r.Context()), id, d.Decision, d.Reason)
 	if errors.Is(err, registry.ErrNotFound) || errors.Is(err, registry.ErrNoStore) {
 		return problem(kindNotFound, "no approval request "+id)

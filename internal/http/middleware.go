@@ -126,10 +126,18 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		if !s.deps.Logger.Enabled(r.Context(), level) {
 			return
 		}
-		s.deps.Logger.LogAttrs(r.Context(), level, "http request",
-			slog.String("method", r.Method), slog.String("route", route), slog.Int("status", ww.Status()),
+		// The method is the client's, read before authentication: a
+		// method that is not a standard one is logged as the metrics count
+		// it, _OTHER, with its first KiB beside it (a request line may
+		// carry a method of a megabyte).
+		method := methodLabel(r.Method)
+		attrs := []slog.Attr{slog.String("method", method), slog.String("route", route), slog.Int("status", ww.Status()),
 			slog.Int("bytes", ww.BytesWritten()), slog.Duration("duration", time.Since(start)),
-			slog.String("requestId", requestIDFrom(r.Context())), slog.String("remote", r.RemoteAddr))
+			slog.String("requestId", requestIDFrom(r.Context())), slog.String("remote", r.RemoteAddr)}
+		if method != r.Method {
+			attrs = append(attrs, slog.String("methodOriginal", clip(r.Method)))
+		}
+		s.deps.Logger.LogAttrs(r.Context(), level, "http request", attrs...)
 	})
 }
 

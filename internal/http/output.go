@@ -3,8 +3,10 @@ package http
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/http/ui"
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -50,6 +52,9 @@ func (s *Server) handleGetOutput(w http.ResponseWriter, r *http.Request) error {
 		return problem(kindInvalidParameter, "stream must be output, stdout, stderr or body")
 	}
 	id := ui.PathParam(r, "toolCallId")
+	if err := checkPathID(id); err != nil {
+		return err
+	}
 	caller := CallerFrom(r.Context())
 	first := min(limit, outputPiece)
 	info, data, err := reader.ReadOutput(r.Context(), caller, nil, id, stream, offset, int(first))
@@ -60,7 +65,10 @@ func (s *Server) handleGetOutput(w http.ResponseWriter, r *http.Request) error {
 	case errors.As(err, &te):
 		return problem(kindNotFound, te.Message)
 	case err != nil:
-		return err
+		// Anything else is the store failing (ReadOutput's other errors
+		// are the ones above): 503 and Retry-After, as GET /calls/{id}
+		// answers, not 500.
+		return storeFailed(err, "")
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
@@ -97,6 +105,20 @@ func (s *Server) handleGetOutput(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		}
 		at += int64(len(data))
+	}
+	return nil
+}
+
+// checkPathID answers, as not found, an id from a path that is longer
+// than any id the service gives or takes (a toolCallId is at most
+// maxCallText characters; approval ids are shorter): no record has it,
+// so the store is not asked to look up a 200 KB key.
+func checkPathID(id string) error {
+	if len(id) <= maxCallText {
+		return nil
+	}
+	if n := utf8.RuneCountInString(id); n > maxCallText {
+		return problem(kindNotFound, fmt.Sprintf("no record has an id of %d characters; ids are at most %d", n, maxCallText))
 	}
 	return nil
 }

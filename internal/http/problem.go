@@ -173,6 +173,9 @@ const (
 
 func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, err error) {
 	p := problemFor(err)
+	// The path is the client's: the log gets it at the length the answer
+	// echoes it, not a 200 KB id.
+	path := clipTo(r.URL.Path, maxEchoBytes)
 	switch {
 	case p.Status == http.StatusServiceUnavailable && clientLeft(r):
 		// The client stopped waiting (its own timeout, a closed
@@ -180,9 +183,9 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, err error)
 		// nobody. That is the client's doing, not a failure to page
 		// anyone about; a slow store behind it shows in the store's
 		// metrics. A 500 stays an error whoever left.
-		s.deps.Logger.InfoContext(r.Context(), "client left before the answer", "error", err, "path", r.URL.Path, "requestId", requestIDFrom(r.Context()))
+		s.deps.Logger.InfoContext(r.Context(), "client left before the answer", "error", err, "path", path, "requestId", requestIDFrom(r.Context()))
 	case p.Status >= 500:
-		s.deps.Logger.ErrorContext(r.Context(), "request failed", "error", err, "path", r.URL.Path, "requestId", requestIDFrom(r.Context()))
+		s.deps.Logger.ErrorContext(r.Context(), "request failed", "error", err, "path", path, "requestId", requestIDFrom(r.Context()))
 	case p.Err != nil:
 		s.deps.Logger.DebugContext(r.Context(), "request refused", "error", err)
 	}
@@ -192,7 +195,7 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, err error)
 	}
 	// What a client sent comes back in the detail and the instance at a
 	// bounded length: a 900 KB format name is not worth 900 KB of answer.
-	out.Instance = clipTo(r.URL.Path, maxEchoBytes)
+	out.Instance = path
 	if len(out.Detail) > maxDetailBytes {
 		out.Detail = clipTo(out.Detail, maxDetailBytes) + "…"
 	}
