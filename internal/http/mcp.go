@@ -94,8 +94,8 @@ func (s *Server) mcpServer(r *http.Request) *mcp.Server {
 		}
 	})
 	handler := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		if err := s.mcpLimit(ctx, caller, req.Params.Name); err != nil {
-			return nil, err
+		if res, err := s.mcpLimit(ctx, caller, req.Params.Name); res != nil || err != nil {
+			return res, err
 		}
 		// Keep the HTTP request's span as the parent of execute_tool.
 		ctx = trace.ContextWithSpan(ctx, span)
@@ -255,16 +255,24 @@ func mcpToolResult(res *registry.Result) *mcp.CallToolResult {
 // JSON-RPC response over streamable HTTP stays 200.
 const mcpRateLimited = -32029
 
-// mcpLimit applies the caller's rate limit to one tools/call.
-func (s *Server) mcpLimit(ctx context.Context, caller *registry.Caller, tool string) error {
+// mcpLimit applies the caller's rate limit to one tools/call. Over the
+// limit the answer is the error mcpRateLimited. A shared limiter that does
+// not answer (failing closed) limits no one: that call is answered as the
+// other calls a failing dependency stops are (mcpCall), with a tool result
+// saying it did not run.
+func (s *Server) mcpLimit(ctx context.Context, caller *registry.Caller, tool string) (*mcp.CallToolResult, error) {
 	_, err := s.limitCalls(ctx, caller, []string{tool})
 	var rl *rateLimited
-	if !errors.As(err, &rl) {
-		return err
+	var down *limiterDown
+	switch {
+	case errors.As(err, &down):
+		return mcpText(fmt.Sprintf("The call did not run: the service's shared rate limiter is not answering. Call the tool again in %d s.", down.retryAfter)), nil
+	case !errors.As(err, &rl):
+		return nil, err
 	}
 	p := rl.problem()
 	data, _ := json.Marshal(map[string]any{"code": p.Code, "retryAfter": p.RetryAfter, "limit": rl.d.Limit, "remaining": rl.d.Remaining})
-	return &jsonrpc.Error{Code: mcpRateLimited, Message: p.Detail, Data: data}
+	return nil, &jsonrpc.Error{Code: mcpRateLimited, Message: p.Detail, Data: data}
 }
 
 func mcpText(text string) *mcp.CallToolResult {

@@ -21,25 +21,32 @@ import (
 // rateMetrics count refused calls by the limit's configured name (a
 // Caller resource, or an Issuer and its mapping rule: never a token's
 // subject), so the number of series is bounded by the configuration.
+// Calls refused because the shared limiter did not answer are counted
+// apart: their callers were not over any limit.
 type rateMetrics struct {
-	limited *prometheus.CounterVec
+	limited     *prometheus.CounterVec
+	unavailable *prometheus.CounterVec
 }
 
 func newRateMetrics(reg prometheus.Registerer) *rateMetrics {
-	m := &rateMetrics{limited: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "toolsvc_rate_limited_total",
-		Help: "Calls refused by a rate limit, by caller (the configured name of the limit: a Caller, or Issuer/name/rule) and bucket (caller or tool).",
-	}, []string{"caller", "bucket"})}
-	reg.MustRegister(m.limited)
+	m := &rateMetrics{
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolsvc_rate_limited_total",
+			Help: "Calls refused by a rate limit, by caller (the configured name of the limit: a Caller, or Issuer/name/rule) and bucket (caller or tool).",
+		}, []string{"caller", "bucket"}),
+		unavailable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolsvc_rate_limiter_unavailable_total",
+			Help: "Calls refused because the shared rate limiter (Redis) did not answer and TOOLSVC_RATE_LIMIT_FAILURE is closed, by caller (the configured name of the limit).",
+		}, []string{"caller"}),
+	}
+	reg.MustRegister(m.limited, m.unavailable)
 	return m
 }
 
-// rateLimited is a refusal by a rate limit (or by a shared limiter that
-// fails closed).
+// rateLimited is a refusal by a rate limit.
 type rateLimited struct {
 	d      ratelimit.Decision
 	policy string // the RateLimit-Policy header
-	err    error  // the limiter's failure, when failing closed
 }
 
 func (e *rateLimited) Error() string { return "rate limited" }
@@ -47,6 +54,24 @@ func (e *rateLimited) Error() string { return "rate limited" }
 // retryAfter is the whole seconds of Retry-After (at least 1).
 func (e *rateLimited) retryAfter() int {
 	return int(wholeSeconds(e.d.RetryAfter.Seconds()))
+}
+
+// limiterDown is a refusal by a shared limiter that did not answer and
+// fails closed: no limit was found exceeded, so it is answered as an
+// outage (503), with no RateLimit headers, not as a rate limit.
+type limiterDown struct {
+	retryAfter int // seconds
+	err        error
+}
+
+func (e *limiterDown) Error() string { return "rate limiter unavailable: " + e.err.Error() }
+
+func (e *limiterDown) Unwrap() error { return e.err }
+
+func (e *limiterDown) problem() *Problem {
+	p := problem(kindUnavailable, "the shared rate limiter is not answering and the service fails closed, so nothing ran; retry shortly").because(e.err)
+	p.RetryAfter = e.retryAfter
+	return p
 }
 
 // wholeSeconds rounds s up to whole seconds, at least 1 and at most what
@@ -60,11 +85,6 @@ func wholeSeconds(s float64) int64 {
 }
 
 func (e *rateLimited) problem() *Problem {
-	if e.err != nil {
-		p := problem(kindUnavailable, "the shared rate limiter is not answering and the service fails closed; retry shortly").because(e.err)
-		p.RetryAfter = e.retryAfter()
-		return p
-	}
 	p := problem(kindRateLimited, fmt.Sprintf("this caller is over its rate limit; retry in %d s (see the RateLimit and Retry-After headers)", e.retryAfter()))
 	p.RetryAfter = e.retryAfter()
 	return p
@@ -89,7 +109,8 @@ func (e *overBurst) problem() *Problem {
 // the caller's own and, for tools with a rule of their own, the tool's. It
 // returns the headers to send (IETF RateLimit and RateLimit-Policy) and a
 // *rateLimited when the calls may not run, an *overBurst when they never
-// can. held names calls of the same request that have taken their tokens
+// can, a *limiterDown when a shared limiter that fails closed did not
+// answer. held names calls of the same request that have taken their tokens
 // already (a plan, for its steps): they count against the burst.
 func (s *Server) limitCalls(ctx context.Context, caller *registry.Caller, tools []string, held ...string) (http.Header, error) {
 	lim := caller.RateLimit
@@ -134,18 +155,20 @@ func (s *Server) limitCalls(ctx context.Context, caller *registry.Caller, tools 
 	if len(takes) > 1 {
 		t := takes[0]
 		if d, err := s.deps.RateLimiter.Peek(ctx, t.bucket, t.n); err == nil && !d.Allowed {
-			return h, s.refuse(ctx, h, lim, t.bucket, t.name, t.kind, d, nil)
+			return h, s.refuse(ctx, h, lim, t.bucket, t.name, t.kind, d)
 		}
 	}
 	slices.Reverse(takes)
 	for _, t := range takes {
 		d, err := s.deps.RateLimiter.Allow(ctx, t.bucket, t.n)
-		if err != nil && !errors.Is(err, ratelimit.ErrUnavailable) {
+		switch {
+		case errors.Is(err, ratelimit.ErrUnavailable):
+			return h, s.limiterDown(ctx, lim, d, err)
+		case err != nil:
 			addRateHeaders(h, t.bucket, t.name, d)
 			return h, err
-		}
-		if err != nil || !d.Allowed {
-			return h, s.refuse(ctx, h, lim, t.bucket, t.name, t.kind, d, err)
+		case !d.Allowed:
+			return h, s.refuse(ctx, h, lim, t.bucket, t.name, t.kind, d)
 		}
 		addRateHeaders(h, t.bucket, t.name, d)
 	}
@@ -161,18 +184,29 @@ func addRateHeaders(h http.Header, b ratelimit.Bucket, name string, d ratelimit.
 	return policy
 }
 
-// refuse records that a bucket refused calls (err: the shared limiter
-// failing closed) and returns the refusal, its headers added to h.
-func (s *Server) refuse(ctx context.Context, h http.Header, lim *registry.RateLimit, b ratelimit.Bucket, name, kind string, d ratelimit.Decision, err error) *rateLimited {
+// refuse records that a bucket refused calls and returns the refusal,
+// its headers added to h.
+func (s *Server) refuse(ctx context.Context, h http.Header, lim *registry.RateLimit, b ratelimit.Bucket, name, kind string, d ratelimit.Decision) *rateLimited {
 	policy := addRateHeaders(h, b, name, d)
 	if s.rate != nil {
 		s.rate.limited.WithLabelValues(lim.Name, kind).Inc()
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("toolsvc.rate_limit", lim.Name+"/"+kind))
-	if err == nil && d.RetryAfter <= 0 {
+	if d.RetryAfter <= 0 {
 		d.RetryAfter = time.Second
 	}
-	return &rateLimited{d: d, policy: policy, err: err}
+	return &rateLimited{d: d, policy: policy}
+}
+
+// limiterDown records that calls were refused because the shared limiter
+// did not answer (err), and returns the refusal. It adds no RateLimit
+// headers: the limiter said nothing about what remains.
+func (s *Server) limiterDown(ctx context.Context, lim *registry.RateLimit, d ratelimit.Decision, err error) *limiterDown {
+	if s.rate != nil {
+		s.rate.unavailable.WithLabelValues(lim.Name).Inc()
+	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Bool("toolsvc.rate_limit.unavailable", true))
+	return &limiterDown{retryAfter: int(wholeSeconds(d.RetryAfter.Seconds())), err: err}
 }
 
 // limitHTTP applies limitCalls to an HTTP request: the headers are set,
@@ -186,11 +220,14 @@ func (s *Server) limitHTTP(w http.ResponseWriter, r *http.Request, tools ...stri
 	}
 	var rl *rateLimited
 	var ob *overBurst
+	var down *limiterDown
 	switch {
 	case errors.As(err, &rl):
 		return rl.problem()
 	case errors.As(err, &ob):
 		return ob.problem()
+	case errors.As(err, &down):
+		return down.problem()
 	}
 	return err
 }
@@ -205,6 +242,7 @@ func (s *Server) LimitSteps(ctx context.Context, caller *registry.Caller, held s
 	_, err := s.limitCalls(ctx, caller, tools, held)
 	var rl *rateLimited
 	var ob *overBurst
+	var down *limiterDown
 	switch {
 	case err == nil:
 		return nil
@@ -218,10 +256,10 @@ func (s *Server) LimitSteps(ctx context.Context, caller *registry.Caller, held s
 			Message: fmt.Sprintf("no step ran: %d steps count against the %s rate limit, whose burst is %d%s; at most %d such steps can run in one call",
 				ob.n, ob.kind, ob.burst, took, most),
 			Suggestion: fmt.Sprintf("Split the steps into calls of at most %d steps each.", max(most, 0))}
-	case errors.As(err, &rl) && rl.err != nil:
+	case errors.As(err, &down):
 		return &registry.Error{Code: registry.CodeTool,
 			Message:    "no step ran: the shared rate limiter is not answering, and the service fails closed",
-			Suggestion: fmt.Sprintf("Retry in %d s.", rl.retryAfter())}
+			Suggestion: fmt.Sprintf("Retry in %d s.", down.retryAfter)}
 	case errors.As(err, &rl):
 		return &registry.Error{Code: registry.CodeTool,
 			Message:    fmt.Sprintf("no step ran: the steps are over this caller's rate limit; retry in %d s", rl.retryAfter()),
