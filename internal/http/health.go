@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -22,6 +23,13 @@ type readiness struct {
 	Details map[string]any    `json:"details,omitempty"`
 }
 
+// readyCheckTimeout bounds each readiness check.
+const readyCheckTimeout = 2 * time.Second
+
+// handleReadyz runs the readiness checks at once, each with its own
+// deadline: a store that takes the whole of it must not leave the next
+// check an expired context, which would report a healthy Redis as
+// unreachable. /readyz thus answers within one deadline.
 func (s *Server) handleReadyz() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		out := readiness{Status: "ready", Checks: map[string]string{}, Details: s.deps.ReadyDetails}
@@ -31,16 +39,33 @@ func (s *Server) handleReadyz() http.HandlerFunc {
 		}
 		reg := s.deps.Executor.Registry()
 		out.Tools = reg.Len()
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
 		names := make([]string, 0, len(s.deps.Ready))
 		for n := range s.deps.Ready {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		for _, n := range names {
-			if err := s.deps.Ready[n](ctx); err != nil {
-				out.Checks[n] = registry.RedactURLs(err.Error())
+		errs := make([]error, len(names))
+		var rateDetail string
+		rateOK := true
+		var wg sync.WaitGroup
+		for i, n := range names {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(r.Context(), readyCheckTimeout)
+				defer cancel()
+				errs[i] = s.deps.Ready[n](ctx)
+			})
+		}
+		if s.deps.RateLimiter != nil {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(r.Context(), readyCheckTimeout)
+				defer cancel()
+				rateDetail, rateOK = s.deps.RateLimiter.Status(ctx)
+			})
+		}
+		wg.Wait()
+		for i, n := range names {
+			if errs[i] != nil {
+				out.Checks[n] = registry.RedactURLs(errs[i].Error())
 				if status == http.StatusOK {
 					out.Status, status = "not_ready", http.StatusServiceUnavailable
 				}
@@ -51,9 +76,8 @@ func (s *Server) handleReadyz() http.HandlerFunc {
 		if s.deps.RateLimiter != nil {
 			// Failing open, a Redis outage is reported but keeps the
 			// instance ready; failing closed, it is not ready.
-			detail, ok := s.deps.RateLimiter.Status(ctx)
-			out.Checks["rateLimit"] = detail
-			if !ok && status == http.StatusOK {
+			out.Checks["rateLimit"] = rateDetail
+			if !rateOK && status == http.StatusOK {
 				out.Status, status = "not_ready", http.StatusServiceUnavailable
 			}
 		}
