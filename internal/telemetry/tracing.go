@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Exporter names, the values of OTEL_TRACES_EXPORTER toolsvc accepts.
@@ -86,10 +87,14 @@ func NewTracerProvider(ctx context.Context, o TracingOptions) (*sdktrace.TracerP
 	}
 	sampler, _ := Sampler(o.Sampler, o.SamplerArg)
 	if o.ExporterName() == ExporterNone && o.Sampler == "" && len(o.SpanProcessors) == 0 {
-		// Nothing would receive recorded spans: record none. Spans still
-		// carry trace and span ids (an incoming traceparent's trace id), so
-		// log lines and outgoing calls stay correlated.
-		sampler = sdktrace.NeverSample()
+		// Nothing would receive recorded spans: record none of the
+		// service's own. Spans still carry trace and span ids (an incoming
+		// traceparent's trace id), so log lines and outgoing calls stay
+		// correlated. A client's sampled traceparent is honoured (its
+		// spans are recorded and dropped) so that the hosts tools call
+		// still get the sampled flag the client set: a hop that exports
+		// nothing must not turn the trace off for those after it.
+		sampler = sdktrace.ParentBased(sdktrace.NeverSample())
 	}
 	name := o.ServiceName
 	if name == "" {
@@ -167,8 +172,26 @@ func Sampler(name, arg string) (sdktrace.Sampler, error) {
 	return nil, fmt.Errorf("OTEL_TRACES_SAMPLER must be always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio, got %q", name)
 }
 
-// Propagator is the W3C trace context propagator: it reads traceparent
-// and tracestate from incoming requests and writes them on requests
-// toolsvc makes. Baggage is not propagated, so nothing a client sends is
-// forwarded to the hosts tools call.
-func Propagator() propagation.TextMapPropagator { return propagation.TraceContext{} }
+// Propagator is the W3C trace context propagator of the requests tools
+// make (http__get, http__post): it writes traceparent (the call's trace
+// id, span id and sampled flag) and never the client's tracestate, nor
+// baggage, so that nothing a client sends is forwarded to the hosts tools
+// call. tracestate is vendor data of the client's (W3C Trace Context,
+// section 3.3) and may carry anything; the service adds none of its own.
+func Propagator() propagation.TextMapPropagator { return traceParentOnly{} }
+
+// traceParentOnly is the W3C trace context propagator less tracestate.
+type traceParentOnly struct{ propagation.TraceContext }
+
+// Inject writes the traceparent of the span in ctx, without its
+// tracestate.
+func (p traceParentOnly) Inject(ctx context.Context, carrier propagation.TextMapCarrier) {
+	sc := trace.SpanContextFromContext(ctx)
+	if sc.TraceState().Len() > 0 {
+		ctx = trace.ContextWithSpanContext(ctx, sc.WithTraceState(trace.TraceState{}))
+	}
+	p.TraceContext.Inject(ctx, carrier)
+}
+
+// Fields are the headers Inject writes.
+func (traceParentOnly) Fields() []string { return []string{"traceparent"} }
