@@ -113,9 +113,17 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) error {
 	if err := s.limitHTTP(w, r, names...); err != nil {
 		return err
 	}
-	ran, err := s.deps.Executor.ExecuteBatch(r.Context(), CallerFrom(r.Context()), calls, s.deps.Batch)
+	caller := CallerFrom(r.Context())
+	ran, err := s.deps.Executor.ExecuteBatch(r.Context(), caller, calls, s.deps.Batch)
 	if err != nil {
 		return err
+	}
+	// The calls answered here, without the executor, get the audit line
+	// it gives the others, now that the batch is answered.
+	for _, res := range results {
+		if res != nil {
+			s.deps.Executor.AuditRefused(r.Context(), caller, res)
+		}
 	}
 	for k, i := range slots {
 		results[i] = ran[k]

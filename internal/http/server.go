@@ -30,6 +30,8 @@ type Executor interface {
 	CallerApproval(ctx context.Context, caller *registry.Caller, id string) (*registry.Approval, error)
 	DecideAsCaller(ctx context.Context, caller *registry.Caller, id string, v registry.Verdict, reason string) (*registry.Approval, *registry.Result, error)
 	Registry() *registry.Registry
+	// AuditRefused writes the audit line of a call answered without it.
+	AuditRefused(ctx context.Context, caller *registry.Caller, res *registry.Result)
 	// Store is where calls and approvals are kept; nil when nowhere.
 	Store() registry.Store
 }

@@ -973,8 +973,17 @@ func (e *Executor) observe(ctx context.Context, span trace.Span, f *flight, elap
 			e.metrics.truncated.WithLabelValues(label).Inc()
 		}
 	}
-	// The call's context carries the trace ids to the log line; its
-	// cancellation does not matter to logging.
+	e.auditLine(ctx, caller, label, tier, res, d, digest)
+}
+
+// auditLine writes the audit line of a call ("tool call"). The call's context
+// carries the trace ids to the log line; its cancellation does not matter
+// to logging.
+func (e *Executor) auditLine(ctx context.Context, caller *Caller, label string, tier Tier, res *Result, d Decision, digest string) {
+	h := e.log.Handler()
+	if !h.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
 	// Room for every attribute, so the line's attributes are gathered
 	// without growing the slice.
 	var room [14]slog.Attr
@@ -984,7 +993,7 @@ func (e *Executor) observe(ctx context.Context, span trace.Span, f *flight, elap
 	}
 	attrs = append(attrs, slog.String("tool", label), slog.String("tier", string(tier)),
 		slog.String("toolCallId", res.ToolCallID), slog.String("decision", string(d.Effect)), slog.String("rule", d.Rule),
-		slog.String("status", string(res.Status)), slog.String("code", code),
+		slog.String("status", string(res.Status)), slog.String("code", string(res.Code())),
 		slog.Int64("durationMs", res.DurationMs), slog.String("argumentsDigest", digest))
 	if id := RequestIDFrom(ctx); id != "" {
 		attrs = append(attrs, slog.String("requestId", id))
@@ -993,11 +1002,21 @@ func (e *Executor) observe(ctx context.Context, span trace.Span, f *flight, elap
 	// the caller's program counter (runtime.Callers on every call), which
 	// the handler has no use for: the service's log has no source
 	// locations.
-	if h := e.log.Handler(); h.Enabled(ctx, slog.LevelInfo) {
-		r := slog.NewRecord(time.Now(), slog.LevelInfo, "tool call", 0)
-		r.AddAttrs(attrs...)
-		_ = h.Handle(ctx, r)
+	r := slog.NewRecord(time.Now(), slog.LevelInfo, "tool call", 0)
+	r.AddAttrs(attrs...)
+	_ = h.Handle(ctx, r)
+}
+
+// AuditRefused writes the audit line of a call answered before it reached
+// the executor (a call of a batch that could not be read, or whose id
+// another call of the batch has): every call the service answers has one.
+// Its decision and digest are empty, as for a call refused before policy.
+func (e *Executor) AuditRefused(ctx context.Context, caller *Caller, res *Result) {
+	label, tier := UnknownTool, Tier("")
+	if t, ok := e.Registry().Lookup(res.ToolName); ok {
+		label, tier = t.Name, t.Tier
 	}
+	e.auditLine(ctx, caller, label, tier, res, Decision{}, "")
 }
 
 // decodeArguments accepts an object, a string holding one, or nothing
