@@ -76,7 +76,7 @@ func (e *Executor) ExecuteBatch(ctx context.Context, caller *Caller, calls []*Ca
 	defer span.End()
 	ctx = context.WithValue(ctx, capacityWaitKey{}, o.CapacityWait)
 
-	b := &batch{e: e, caller: caller, calls: calls, results: make([]*Result, len(calls)), refused: make([]error, len(calls))}
+	b := &batch{e: e, caller: caller, calls: calls, results: make([]*Result, len(calls)), refused: make([]error, len(calls)), answered: make([]bool, len(calls))}
 	for i := 0; i < len(calls); {
 		if ctx.Err() != nil || e.isDraining() {
 			b.notStarted(ctx, i, len(calls))
@@ -94,7 +94,15 @@ func (e *Executor) ExecuteBatch(ctx context.Context, caller *Caller, calls []*Ca
 		b.group(ctx, i, j, o.Parallelism)
 		i = j
 	}
-	return b.finish(o.CapacityWait)
+	results, err := b.finish(o.CapacityWait)
+	// The calls the batch answered itself (not started, not run, an id
+	// of another call) have the audit line the executor gives the others.
+	for i, res := range results {
+		if b.answered[i] {
+			e.AuditRefused(ctx, caller, res)
+		}
+	}
+	return results, err
 }
 
 // concurrent reports whether a call may run alongside its neighbours:
@@ -119,6 +127,8 @@ type batch struct {
 	// no capacity or the store did not answer, why; when every call of
 	// the batch was refused the batch is, with the first call's reason.
 	refused []error
+	// answered marks the results the batch made itself (errorResult).
+	answered []bool
 }
 
 func (b *batch) run(ctx context.Context, i int) {
@@ -202,6 +212,7 @@ func (b *batch) notStarted(ctx context.Context, from, to int) {
 }
 
 func (b *batch) errorResult(i int, err *Error) *Result {
+	b.answered[i] = true
 	c := b.calls[i]
 	res := &Result{ToolCallID: c.ToolCallID, ToolName: c.ToolName, Status: StatusError, Error: err}
 	if res.ToolCallID == "" {

@@ -1,8 +1,10 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -60,5 +62,28 @@ func TestBatchNamesTheLimitThatRefused(t *testing.T) {
 	}
 	if res := results[1]; res.Code() != CodeCanceled || !strings.Contains(res.Error.Message, "tool t__limited runs at most 1 calls at once") {
 		t.Errorf("refused call: %+v", res.Error)
+	}
+}
+
+// TestBatchAnswersAreAudited: the calls a batch answers itself (here, not
+// started because the caller left) have the audit line every call the
+// service answers has.
+func TestBatchAnswersAreAudited(t *testing.T) {
+	var logs bytes.Buffer
+	e := newExec(t, Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, tool("t__echo", ReadOnly, echo))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	args := json.RawMessage(`{"path":"x"}`)
+	results, err := e.ExecuteBatch(ctx, Anonymous(), []*Call{{ToolCallID: "n1", ToolName: "t__echo", Arguments: args}, {ToolCallID: "n2", ToolName: "t__echo", Arguments: args}}, BatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range results {
+		if res.Code() != CodeCanceled {
+			t.Fatalf("result: %+v", res)
+		}
+		if !strings.Contains(logs.String(), `"msg":"tool call","caller":"anonymous","tool":"t__echo","tier":"read_only","toolCallId":"`+res.ToolCallID+`"`) {
+			t.Errorf("no audit line of %s:\n%s", res.ToolCallID, logs.String())
+		}
 	}
 }
