@@ -53,12 +53,20 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 		return storeFailed(err, "")
 	}
 	if rec.State != registry.CallDone && wait > 0 {
-		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		dctx, stop := s.untilDrain(r.Context())
+		defer stop()
+		ctx, cancel := context.WithTimeout(dctx, wait)
 		defer cancel()
 		if got, err := st.WaitCall(ctx, caller.ID, id); got != nil {
 			rec = got
 		} else if err != nil && ctx.Err() == nil {
 			return storeFailed(err, "")
+		}
+		if rec.State != registry.CallDone && s.draining.Load() {
+			// The wait was cut short: the state as it stands now, and
+			// the client asks again elsewhere (Connection: close).
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Connection", "close")
 		}
 	}
 	if rec.State == registry.CallPendingApproval && rec.ApprovalID != "" {

@@ -107,7 +107,10 @@ type Server struct {
 	rate     *rateMetrics
 	handler  http.Handler
 	draining atomic.Bool
-	inFlight atomic.Int64
+	// drained ends when the server drains: long polls end with it.
+	drained    context.Context
+	endDrained context.CancelFunc
+	inFlight   atomic.Int64
 	// uploads are the request bodies admitCall is reading, which Drain
 	// cuts off.
 	uploadsMu sync.Mutex
@@ -128,6 +131,7 @@ func NewServer(deps Deps) *Server {
 		deps.Limits.MaxJSONDepth = 64
 	}
 	s := &Server{deps: deps, formats: wireFormats(), uploads: map[*http.ResponseController]struct{}{}}
+	s.drained, s.endDrained = context.WithCancel(context.Background())
 	if deps.Registerer != nil && deps.RateLimiter != nil {
 		s.rate = newRateMetrics(deps.Registerer)
 	}
@@ -172,7 +176,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // refused too: their reads are cut off.
 func (s *Server) Drain() {
 	s.draining.Store(true)
+	s.endDrained()
 	s.cutUploads()
+}
+
+// untilDrain returns a context that also ends when the server drains: a
+// long poll's wait, which shutdown would otherwise wait out (it counts
+// as no call in flight) and then cut off without an answer.
+func (s *Server) untilDrain(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	stop := context.AfterFunc(s.drained, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // WaitIdle waits until no call is running or ctx ends, and reports
