@@ -35,3 +35,20 @@ func TestLongPollsEndAtDrain(t *testing.T) {
 		t.Fatal("the long poll went on waiting after the drain")
 	}
 }
+
+// TestDrainRefusalsAreNotErrors: a call refused because the service is
+// shutting down is logged at info level: a drain is what the operator
+// asked for, and an error line per refused call pages someone for it.
+func TestDrainRefusalsAreNotErrors(t *testing.T) {
+	e, logs := infoEnv(t)
+	e.srv.Drain()
+	if r, _ := e.call("/calls", `{"toolName":"text__transform","arguments":{"operation":"upper","text":"a"}}`); r.status != 503 {
+		t.Fatalf("a call while draining: %d %s", r.status, r.body)
+	}
+	findLogLine(t, logs, func(m map[string]any) bool { return m["msg"] == "refused while draining" && m["level"] == "INFO" })
+	for _, m := range logLines(t, logs) {
+		if m["level"] == "ERROR" {
+			t.Errorf("an error line for a refusal while draining: %v", m)
+		}
+	}
+}

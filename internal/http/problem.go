@@ -184,6 +184,10 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, err error)
 		// anyone about; a slow store behind it shows in the store's
 		// metrics. A 500 stays an error whoever left.
 		s.deps.Logger.InfoContext(r.Context(), "client left before the answer", "error", err, "path", path, "requestId", requestIDFrom(r.Context()))
+	case p.Code == "draining":
+		// Shutting down is what the operator asked for: each call it
+		// refuses is worth a line, not an error to page about.
+		s.deps.Logger.InfoContext(r.Context(), "refused while draining", "path", path, "requestId", requestIDFrom(r.Context()))
 	case p.Status >= 500:
 		s.deps.Logger.ErrorContext(r.Context(), "request failed", "error", err, "path", path, "requestId", requestIDFrom(r.Context()))
 	case p.Err != nil:
