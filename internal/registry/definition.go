@@ -90,6 +90,8 @@ type Request struct {
 	// output's size a tool reported with ReportTruncated (0: none).
 	spiller *Spiller
 	cut     int64
+	// recorded says the call has a record, to which its spills belong.
+	recorded bool
 	// reg is the registry the call was looked up in (nil in tests that
 	// build requests by hand).
 	reg *Registry

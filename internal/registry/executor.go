@@ -531,7 +531,7 @@ func (e *Executor) runTool(ctx context.Context, f *flight, release func()) (any,
 	}
 	f.req = &Request{
 		Name: f.tool.Name, CallID: f.res.ToolCallID, Arguments: f.args, Context: f.call.Context,
-		MaxOutputBytes: f.tool.MaxOutputBytes, Caller: f.caller, Catalog: f.call.Catalog, spiller: e.spill, reg: f.st.reg,
+		MaxOutputBytes: f.tool.MaxOutputBytes, Caller: f.caller, Catalog: f.call.Catalog, spiller: e.spill, reg: f.st.reg, recorded: f.recorded,
 	}
 	if f.tool.Nests && f.resumed == nil {
 		// The call holds a slot of the service-wide limit (an approved

@@ -39,14 +39,24 @@ type SpillInfo struct {
 	// is not in its catalog, or not in the call's), so the cut marker
 	// names the HTTP route instead.
 	Unreadable bool `json:"-"`
+	// Unrecorded says that the spill's call has no record (a read_only
+	// call): its spill must not replace that of a recorded call with the
+	// same toolCallId, whose stored result points to it.
+	Unrecorded bool `json:"-"`
 }
+
+// ErrSpillOfRecordedCall is CreateSpill's error for the spill of an
+// unrecorded call whose toolCallId names a recorded call.
+var ErrSpillOfRecordedCall = errors.New("the toolCallId names a recorded call, whose kept output stays; give a new call a new toolCallId")
 
 // SpillStore keeps the full output of cut results, in chunks of
 // SpillChunkBytes, keyed by (caller, toolCallId, stream). Only complete
 // spills are read.
 type SpillStore interface {
 	// CreateSpill starts the spill of info's stream (replacing an earlier
-	// one under the same key) and returns the writer its bytes go to.
+	// one under the same key) and returns the writer its bytes go to; for
+	// an Unrecorded spill whose toolCallId names a recorded call of its
+	// caller it fails with ErrSpillOfRecordedCall and replaces nothing.
 	CreateSpill(ctx context.Context, info *SpillInfo) (SpillWriter, error)
 	// ReadSpill returns up to limit bytes of a complete spill from offset
 	// (fewer at its end), or ErrNotFound (also when it has expired).
@@ -187,7 +197,7 @@ func (s *Spiller) Sweep(ctx context.Context, interval time.Duration) {
 }
 
 // open starts a spill of one stream of a call.
-func (s *Spiller) open(ctx context.Context, callerID, toolCallID, toolName, stream string) *SpillSink {
+func (s *Spiller) open(ctx context.Context, callerID, toolCallID, toolName, stream string, unrecorded bool) *SpillSink {
 	grant := s.max
 	if s.total > 0 {
 		grant = min(grant, s.total-s.heldBytes(ctx)-s.granted.Load())
@@ -202,7 +212,7 @@ func (s *Spiller) open(ctx context.Context, callerID, toolCallID, toolName, stre
 	}
 	now := s.now()
 	w, err := s.store.CreateSpill(ctx, &SpillInfo{CallerID: callerID, ToolCallID: toolCallID, ToolName: toolName,
-		Stream: stream, CreatedAt: now, ExpiresAt: now.Add(s.retention)})
+		Stream: stream, CreatedAt: now, ExpiresAt: now.Add(s.retention), Unrecorded: unrecorded})
 	k := &SpillSink{s: s, ctx: ctx, w: w, err: err, stream: stream, callID: toolCallID, limit: grant}
 	if err != nil {
 		k.fail(err)
@@ -302,9 +312,15 @@ func (k *SpillSink) flush() {
 
 func (k *SpillSink) fail(err error) {
 	k.err = err
-	k.s.log.Warn("spill: writing a cut output failed; the rest is not kept", "toolCallId", k.callID, "stream", k.stream, "err", err)
-	if k.s.failed != nil {
-		k.s.failed.Inc()
+	switch {
+	case errors.Is(err, ErrSpillOfRecordedCall):
+		// The caller's doing, not the store's.
+		k.s.log.Info("spill: not kept", "toolCallId", k.callID, "stream", k.stream, "reason", err.Error())
+	default:
+		k.s.log.Warn("spill: writing a cut output failed; the rest is not kept", "toolCallId", k.callID, "stream", k.stream, "err", err)
+		if k.s.failed != nil {
+			k.s.failed.Inc()
+		}
 	}
 	if k.w != nil {
 		k.w.Abort(context.WithoutCancel(k.ctx))
@@ -377,7 +393,7 @@ func (r *Request) SpillStream(ctx context.Context, stream string) *SpillSink {
 	if r.spiller == nil || r.spiller.store == nil || r.Caller == nil {
 		return nil
 	}
-	k := r.spiller.open(ctx, r.Caller.ID, r.CallID, r.Name, stream)
+	k := r.spiller.open(ctx, r.Caller.ID, r.CallID, r.Name, stream, !r.recorded)
 	k.unreadable = !r.mayCall(ReadOnTool)
 	r.sinksMu.Lock()
 	r.sinks = append(r.sinks, k)

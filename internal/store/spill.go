@@ -68,11 +68,22 @@ type Spills struct{ sql *SQL }
 func (s *SQL) Spills() Spills { return Spills{s} }
 
 // CreateSpill implements registry.SpillStore: a new spill replaces one
-// of the same call and stream.
+// of the same call and stream, unless it is of an unrecorded call and a
+// call with its id is recorded.
 func (p Spills) CreateSpill(ctx context.Context, info *registry.SpillInfo) (registry.SpillWriter, error) {
 	s := p.sql
 	var id int64
 	err := s.InTx(ctx, func(tx Tx) error {
+		if info.Unrecorded {
+			var recorded int
+			if err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM calls WHERE caller_id = $1 AND tool_call_id = $2`,
+				info.CallerID, info.ToolCallID).Scan(&recorded); err != nil {
+				return err
+			}
+			if recorded > 0 {
+				return registry.ErrSpillOfRecordedCall
+			}
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM spills WHERE caller_id = $1 AND tool_call_id = $2 AND stream = $3`,
 			info.CallerID, info.ToolCallID, info.Stream); err != nil {
 			return err

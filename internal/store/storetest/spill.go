@@ -112,6 +112,32 @@ func RunSpill(t *testing.T, open func(t *testing.T) registry.SpillStore) {
 			t.Errorf("after replace SpillBytes = %d, want 6", n)
 		}
 	})
+	t.Run("UnrecordedKeepsARecordedCallsSpill", func(t *testing.T) {
+		s := open(t)
+		rs, ok := s.(registry.Store)
+		if !ok {
+			t.Skip("the spill store keeps no calls")
+		}
+		if _, _, err := rs.BeginCall(ctx, &registry.CallRecord{CallerID: "alice", ToolCallID: "c5", ToolName: "t__x", ArgumentsDigest: "d", State: registry.CallRunning}); err != nil {
+			t.Fatal(err)
+		}
+		write(t, s, "alice", "c5", "output", data[:100], hour)
+		unrecorded := func(id string) error {
+			_, err := s.CreateSpill(ctx, &registry.SpillInfo{CallerID: "alice", ToolCallID: id, ToolName: "t__x", Stream: "output",
+				CreatedAt: time.Now(), ExpiresAt: hour, Unrecorded: true})
+			return err
+		}
+		if err := unrecorded("c5"); !errors.Is(err, registry.ErrSpillOfRecordedCall) {
+			t.Errorf("the spill of an unrecorded call with a recorded call's id: %v", err)
+		}
+		if _, got, err := s.ReadSpill(ctx, "alice", "c5", "output", 0, 1000); err != nil || !bytes.Equal(got, data[:100]) {
+			t.Errorf("the recorded call's spill now reads %d bytes, %v", len(got), err)
+		}
+		write(t, s, "alice", "c6", "output", data[:10], hour)
+		if err := unrecorded("c6"); err != nil {
+			t.Errorf("an unrecorded call's spill replacing another unrecorded one: %v", err)
+		}
+	})
 	t.Run("Expiry", func(t *testing.T) {
 		s := open(t)
 		write(t, s, "alice", "old", "output", data[:500], time.Now().Add(-time.Second))

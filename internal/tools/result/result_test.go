@@ -47,7 +47,7 @@ func setup(t *testing.T, retention time.Duration) *registry.Executor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := registry.NewExecutor(registry.Options{Registry: reg,
+	e := registry.NewExecutor(registry.Options{Registry: reg, Store: st,
 		Spill: registry.NewSpiller(registry.SpillOptions{Store: st, Retention: retention})})
 	binder.Bind(e)
 	return e
@@ -193,5 +193,26 @@ func TestReadOnKeepsCharactersWhole(t *testing.T) {
 	}
 	if got.String() != wide {
 		t.Errorf("read back %d bytes, want the %d of the output", got.Len(), len(wide))
+	}
+}
+
+// TestUnrecordedCallKeepsTheRecordedOutput: a read_only call is recorded
+// only when it asks; one that is not, sent with the toolCallId of one that
+// was, runs (read_only calls are not looked up) but its cut output does
+// not replace the kept output the recorded call's stored result points to.
+func TestUnrecordedCallKeepsTheRecordedOutput(t *testing.T) {
+	e := setup(t, time.Hour)
+	if res := call(t, e, alice, &registry.Call{ToolCallID: "rec1", ToolName: "t__big", Record: true}); !res.Truncated {
+		t.Fatal("t__big was not cut")
+	}
+	res := call(t, e, alice, &registry.Call{ToolCallID: "rec1", ToolName: "t__wide"})
+	var shown string
+	if err := json.Unmarshal(res.Output, &shown); err != nil || !strings.Contains(shown, "the full output was not kept") {
+		t.Errorf("the unrecorded call's marker: %.200q", shown[max(len(shown)-200, 0):])
+	}
+	r := call(t, e, alice, &registry.Call{ToolName: "result__read", Arguments: json.RawMessage(`{"toolCallId":"rec1","limit":100}`)})
+	var out result.Output
+	if err := json.Unmarshal(r.Output, &out); err != nil || out.Content == nil || *out.Content != big[:100] {
+		t.Errorf("the recorded call's output now reads %s", r.Output)
 	}
 }
