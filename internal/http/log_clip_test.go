@@ -106,13 +106,13 @@ func TestAccessLogClipsMethod(t *testing.T) {
 // 200 KB of an id a client put in it.
 func TestErrorLogClipsPath(t *testing.T) {
 	e, logs := infoEnv(t)
-	e.srv.Drain() // every call is answered 503, logged at error
+	e.srv.Drain() // every call is answered 503, logged with its path
 	path := "/approvals/apr_" + strings.Repeat("a", 200_000)
 	r := e.do("POST", path, []byte(`{"decision":"approve"}`), jsonCT, false)
 	if r.status != http.StatusServiceUnavailable {
 		t.Fatalf("status %d, want 503: %.300s", r.status, r.body)
 	}
-	line := findLogLine(t, logs, func(m map[string]any) bool { return m["msg"] == "request failed" })
+	line := findLogLine(t, logs, func(m map[string]any) bool { return m["msg"] == "refused while draining" })
 	if p, _ := line["path"].(string); p != path[:maxEchoBytes] {
 		t.Errorf("logged path of %d bytes, want its first %d", len(p), maxEchoBytes)
 	}
