@@ -14,12 +14,20 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	// The first signal drains; a second one ends the process at once, as
-	// the default action does (the store keeps what was acknowledged,
-	// and a call it recorded as running reads E_INTERRUPTED after).
-	context.AfterFunc(ctx, stop)
+	ctx := context.Background()
+	if serves(os.Args) {
+		// The first signal drains; a second one ends the process at once,
+		// as the default action does (the store keeps what was
+		// acknowledged, and a call it recorded as running reads
+		// E_INTERRUPTED after). The other commands keep the default
+		// action: the shell interpreter and the tool workers, this binary
+		// re-executed, must die at the SIGTERM that stops their call, not
+		// run the rest of a command line until the SIGKILL after it.
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		context.AfterFunc(ctx, stop)
+	}
 	// Only a change is set: setting GOMAXPROCS stops the runtime from
 	// following later changes of the CPU limit.
 	embedded := os.Getenv("TOOLSVC_STORE_URL") == ""

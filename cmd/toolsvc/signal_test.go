@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"strings"
 	"syscall"
@@ -53,5 +54,29 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	case <-p.exited:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("still running 10 s after a second SIGTERM:\n%s", p.log())
+	}
+}
+
+// TestStoppedCommandLineRunsNoFurther: a shell__exec stopped at its
+// timeout runs nothing after the program it was running. The interpreter
+// is this binary re-executed, and it used to catch SIGTERM as the service
+// does, so when the reaper sent SIGTERM to everything only the program
+// died and the interpreter went on with the next command (rm victim.txt)
+// until the SIGKILL half a second later.
+func TestStoppedCommandLineRunsNoFurther(t *testing.T) {
+	p := startConfined(t)
+	if a := p.send("POST", "/calls", `{"toolName":"fs__write","arguments":{"path":"victim.txt","content":"keep"}}`); a.res.Status != "ok" {
+		t.Fatalf("fs__write: %s", a.body)
+	}
+	a := p.send("POST", "/calls", `{"toolName":"shell__exec","timeoutMs":1000,"approval":{"granted":true},"arguments":{"command":"sleep 5; rm victim.txt; echo ran > after.txt"}}`)
+	if a.res.Error == nil || a.res.Error.Code != "E_TIMEOUT" {
+		t.Fatalf("shell__exec: %s", a.body)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the reaper's SIGKILL
+	for path, want := range map[string]bool{"victim.txt": true, "after.txt": false} {
+		s := p.send("POST", "/calls", `{"toolName":"fs__stat","arguments":{"path":"`+path+`"}}`)
+		if !strings.Contains(s.body, fmt.Sprintf(`"exists":%v`, want)) {
+			t.Errorf("after the stopped command line, %s: %s", path, s.body)
+		}
 	}
 }
