@@ -142,7 +142,7 @@ type Config struct {
 	// RateLimit is the default calls per second of a caller whose Caller
 	// or Issuer rule sets none (0: no default limit); RateLimitBurst its
 	// burst (0: max(1, rate)).
-	RateLimit      float64 `env:"TOOLSVC_RATE_LIMIT" envDefault:"0" desc:"default calls per second of a caller whose Caller or Issuer rule sets none (0: no default limit)"`
+	RateLimit      float64 `env:"TOOLSVC_RATE_LIMIT" envDefault:"0" desc:"default calls per second of a caller whose Caller or Issuer rule sets none, and of the anonymous caller without credentials (0: no default limit)"`
 	RateLimitBurst int     `env:"TOOLSVC_RATE_LIMIT_BURST" envDefault:"0" desc:"burst of TOOLSVC_RATE_LIMIT (0: max(1, rate))"`
 	// RateLimitRedisURL shares the limits of every replica through Redis
 	// (redis://host:6379/0); empty keeps them per instance.

@@ -511,8 +511,13 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	reloads.notifier = notifier
 	uiKey, _ := cfg.uiKey() // checked by loadConfig
 	reloads.tls = tlsFiles
+	anonymous, err := policy.AnonymousCaller(cfg.defaultRate())
+	if err != nil {
+		return err
+	}
 	srv := toolhttp.NewServer(toolhttp.Deps{
 		Identity:       identity,
+		Anonymous:      anonymous,
 		RateLimiter:    limiter,
 		Executor:       exec,
 		Logger:         log,

@@ -92,6 +92,10 @@ func (staticIdentity) Challenge() string { return `Bearer realm="toolsvc"` }
 func (s *Server) ResolveCaller(r *http.Request) (*registry.Caller, error) {
 	id := s.identity()
 	if id == nil {
+		if a := s.deps.Anonymous; a != nil {
+			c := *a // each request its own, as registry.Anonymous gives
+			return &c, nil
+		}
 		return registry.Anonymous(), nil
 	}
 	if h := r.Header.Get("Authorization"); h != "" {

@@ -94,3 +94,23 @@ func TestCallerBucketRefusalsSpareToolBucket(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenModeIsRateLimited: without credentials every request is the
+// anonymous caller, and the service-wide rate limit (TOOLSVC_RATE_LIMIT,
+// given to it as Deps.Anonymous) holds it too. It used to hold only
+// callers with credentials, so an open service behind a load balancer
+// admitted 245 calls/s under a limit of 5.
+func TestOpenModeIsRateLimited(t *testing.T) {
+	anon := registry.Anonymous()
+	anon.RateLimit = &registry.RateLimit{Name: anon.ID, PerSecond: 0.01, Burst: 2}
+	e := newEnv(t, func(d *Deps, o *registry.Options) {
+		d.Anonymous = anon
+		d.RateLimiter = ratelimit.NewLocal(0, nil)
+	})
+	body := []byte(`{"toolName":"text__transform","arguments":{"operation":"upper","text":"x"}}`)
+	for i, want := range []int{200, 200, 429} {
+		if r := e.do("POST", "/calls", body, jsonCT, true); r.status != want {
+			t.Fatalf("call %d: %d %s, want %d", i, r.status, r.body, want)
+		}
+	}
+}

@@ -58,6 +58,9 @@ type Deps struct {
 	// Auth authenticates bearer tokens; nil serves every request as the
 	// anonymous caller (only allowed on loopback; run enforces that).
 	Auth Authenticator
+	// Anonymous is that caller when neither Auth nor Identity is set (its
+	// rate limit); nil is registry.Anonymous().
+	Anonymous *registry.Caller
 	// Identity resolves bearer tokens (static keys and JWTs) and client
 	// certificates; it takes precedence over Auth.
 	Identity Identity

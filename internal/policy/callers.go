@@ -65,6 +65,19 @@ type CallerDocument struct {
 	Spec   CallerSpec
 }
 
+// AnonymousCaller is the caller of every request when no credentials are
+// configured (registry.Anonymous), held to defaultRate (nil: no limit),
+// as a caller of TOOLSVC_API_KEY would be.
+func AnonymousCaller(defaultRate *RateLimitSpec) (*registry.Caller, error) {
+	c := registry.Anonymous()
+	rate, err := rateLimitOf(nil, defaultRate, c.ID)
+	if err != nil {
+		return nil, fmt.Errorf("default rate limit: %w", err)
+	}
+	c.RateLimit = rate
+	return c, nil
+}
+
 // AuthOptions configure an Authenticator.
 type AuthOptions struct {
 	// APIKey, when set (from TOOLSVC_API_KEY), authenticates the caller
