@@ -2,16 +2,21 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
 // fileLocks serialises this service's writes to one file (fs__write,
-// fs__edit), keyed by device and inode. An edit reads the file and then
+// fs__edit), keyed by device and inode, and then takes the file's flock,
+// which serialises them with the other replicas' on a workspace volume they
+// share (a ReadWriteMany volume; on NFS, Linux makes flock a lock of the
+// whole file that every client sees). An edit reads the file and then
 // writes it back whole: another call's write in between would be lost
 // while both answered ok. Programs that shell__exec or exec tools run do
 // not take these locks.
@@ -29,10 +34,71 @@ type fileLock struct {
 	refs int
 }
 
-// lock waits, within ctx, until no other call of this service writes the
-// file fi describes, and returns the function that lets the next one in.
-// A file it cannot identify is not locked.
-func (l *fileLocks) lock(ctx context.Context, rel string, fi os.FileInfo) (unlock func(), err error) {
+// lock waits, within ctx, until no other call of this service (or of a
+// replica sharing the volume) writes f, which fi describes, and returns
+// the function that lets the next one in. A file it cannot identify is
+// not locked; one whose file system has no flock is locked in this
+// process only.
+func (l *fileLocks) lock(ctx context.Context, rel string, f *os.File, fi os.FileInfo) (unlock func(), err error) {
+	here, err := l.lockHere(ctx, rel, fi)
+	if err != nil {
+		return nil, err
+	}
+	if err := flockWithin(ctx, f); err != nil {
+		here()
+		return nil, registry.ToolError(fmt.Sprintf("%s is being written by another call, which did not finish in time; nothing was changed", quoteShort(rel)),
+			"Try again once the other call has finished.")
+	}
+	return func() {
+		// Closing f releases the flock too; a file closed already is left
+		// alone (its number may be another file's by now).
+		_ = flock(f, syscall.LOCK_UN)
+		here()
+	}, nil
+}
+
+// flock applies how to f's flock, through the file's own descriptor
+// (Fd would make it blocking, and is no guard against a closed file).
+func flock(f *os.File, how int) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = syscall.Flock(int(fd), how) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// flockWithin takes f's exclusive flock, trying again until ctx ends (a
+// blocking flock would outlive the call's deadline). A file system that
+// has no flock (ENOLCK, EINVAL, ENOTSUP) leaves the file unlocked.
+func flockWithin(ctx context.Context, f *os.File) error {
+	wait := time.Millisecond
+	for {
+		err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case !errors.Is(err, syscall.EWOULDBLOCK):
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+// lockHere is lock among the calls of this process.
+func (l *fileLocks) lockHere(ctx context.Context, rel string, fi os.FileInfo) (unlock func(), err error) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return func() {}, nil

@@ -113,7 +113,7 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, notRegular(rel, fi.Mode(), writeHint)
 	}
-	unlock, err := t.files.lock(ctx, rel, fi)
+	unlock, err := t.files.lock(ctx, rel, f, fi)
 	if err != nil {
 		return nil, err
 	}
