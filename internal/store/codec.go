@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -12,11 +13,17 @@ func EncodeResult(r *registry.Result) ([]byte, error) {
 	if r == nil {
 		return nil, nil
 	}
-	b, err := json.Marshal(r)
-	if err != nil {
+	// Without HTML escaping, as results are answered: json.Marshal would
+	// store an output's "<" as "\u003c", and a result read back (GET
+	// /calls/{id}, an approved call over MCP) would differ from the one
+	// first answered.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
 		return nil, fmt.Errorf("store: encoding result: %w", err)
 	}
-	return b, nil
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // DecodeResult reads a stored result (nil for empty).

@@ -281,8 +281,12 @@ func (c *Console) handleCall(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if rec.Result != nil {
-		b, _ := json.Marshal(rec.Result)
-		p.Result = string(b)
+		// As the API answers it: the template escapes it for HTML.
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(rec.Result)
+		p.Result = strings.TrimSuffix(b.String(), "\n")
 	}
 	c.render(w, r, http.StatusOK, "call", c.view(r, "Call "+id, "calls", p))
 }
