@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -675,6 +676,9 @@ func openStoreRetrying(ctx context.Context, cfg Config, log *slog.Logger) (regis
 		}
 		if ctx.Err() != nil {
 			return nil, gaveUp(attempt, err)
+		}
+		if errors.Is(err, store.ErrNewerSchema) {
+			return nil, err // no retry of this program can open it
 		}
 		log.Warn("store: opening failed; retrying", "attempt", attempt, "retryIn", delay.String(), "err", err)
 		select {

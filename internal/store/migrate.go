@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -52,6 +53,10 @@ func ReadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 	return out, nil
 }
 
+// ErrNewerSchema means the database was migrated by a newer program: no
+// retry of this one can open it.
+var ErrNewerSchema = errors.New("store: the schema is newer than this program")
+
 // Pending returns the migrations of ms whose versions are not in applied,
 // in order. A version in applied that ms does not have means the database
 // was migrated by a newer program.
@@ -63,7 +68,7 @@ func Pending(ms []Migration, applied []int) ([]Migration, error) {
 	done := make(map[int]bool, len(applied))
 	for _, v := range applied {
 		if !known[v] {
-			return nil, fmt.Errorf("database schema has migration %d, which this program does not know; run a newer toolsvc", v)
+			return nil, fmt.Errorf("%w: database schema has migration %d, which this program does not know; run a newer toolsvc", ErrNewerSchema, v)
 		}
 		done[v] = true
 	}
