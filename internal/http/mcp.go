@@ -37,8 +37,9 @@ const mcpListTTL = 30_000
 // The SDK speaks both 2025-11-25 (initialize) and 2026-07-28
 // (server/discover, resultType, Mcp-Method/Mcp-Name headers, list
 // caching); around it, errors the SDK writes as text/plain become JSON-RPC
-// errors, and a JSON-RPC batch holds at most registry.MaxBatchCalls
-// messages, like POST /calls/batch.
+// errors, a JSON-RPC batch holds at most registry.MaxBatchCalls messages,
+// like POST /calls/batch, and at most one tools/list, and a tools/call
+// ends when its HTTP request does, whatever the revision.
 func (s *Server) handleMCP() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(s.mcpServer, &mcp.StreamableHTTPOptions{
 		Stateless:                    true,
@@ -94,6 +95,15 @@ func (s *Server) mcpServer(r *http.Request) *mcp.Server {
 		}
 	})
 	handler := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		// The SDK ties a handler's context to the HTTP request only for
+		// 2026-07-28 requests (PropagateRequestCancellation); tie it for
+		// every revision, or a client of an older one could hang up and
+		// leave its calls holding slots until they time out. Stateless,
+		// each POST is one exchange: once it ends, no one can get the
+		// answer.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(r.Context(), cancel)()
 		if res, err := s.mcpLimit(ctx, caller, req.Params.Name); res != nil || err != nil {
 			return res, err
 		}
@@ -137,17 +147,16 @@ type mcpWants struct {
 	srv *mcp.Server
 }
 
-// add notes what one JSON-RPC message needs. A message that cannot be
-// read needs nothing: the SDK refuses it without looking at the tools.
-// Keys are matched exactly, as the SDK matches them.
-func (w *mcpWants) add(msg json.RawMessage) {
+// add notes what one JSON-RPC message needs, and returns its method. A
+// message that cannot be read needs nothing: the SDK refuses it without
+// looking at the tools. Keys are matched exactly, as the SDK matches them.
+func (w *mcpWants) add(msg json.RawMessage) (method string) {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(msg, &m) != nil {
-		return
+		return ""
 	}
-	var method string
 	if json.Unmarshal(m["method"], &method) != nil {
-		return
+		return ""
 	}
 	switch method {
 	case "tools/list":
@@ -159,6 +168,7 @@ func (w *mcpWants) add(msg json.RawMessage) {
 			w.names = append(w.names, name)
 		}
 	}
+	return method
 }
 
 // CheckMCPTool says why /mcp could not serve t: the MCP SDK refuses its
@@ -309,10 +319,16 @@ type rpcError struct {
 	msg    string
 }
 
-// boundBatch refuses a JSON-RPC batch of more than registry.MaxBatchCalls
-// messages (the SDK takes batches from clients of revisions before
-// 2025-06-18), leaves the body readable for the SDK, and says which tools
-// its messages need.
+// boundBatch refuses a JSON-RPC batch that is empty, holds more than
+// registry.MaxBatchCalls messages or more than one tools/list (the SDK
+// takes batches from clients of revisions before 2025-06-18), leaves the
+// body readable for the SDK, and says which tools its messages need.
+//
+// The size of an answer, not the count of messages, is what costs: the
+// answer to tools/list is the whole catalog (0.9 MB with 415 tools), so a
+// 2.7 KB batch of 50 of them was answered with 45 MB and took 300 MB of
+// memory. One list per request is all a client needs (a next page needs
+// the cursor of the one before).
 func boundBatch(w *jsonRPCErrors, r *http.Request, limit int64) (*mcpWants, *rpcError) {
 	wants := &mcpWants{}
 	if r.Method != http.MethodPost || r.Body == nil {
@@ -346,11 +362,17 @@ func boundBatch(w *jsonRPCErrors, r *http.Request, limit int64) (*mcpWants, *rpc
 	if json.Unmarshal(trimmed, &batch) != nil {
 		return wants, nil // the SDK reports the parse error
 	}
+	if len(batch) == 0 {
+		// JSON-RPC 2.0 answers an empty array as an invalid request; the
+		// SDK would call it a parse error.
+		return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest, "the JSON-RPC batch is empty; send at least one message"}
+	}
 	if len(batch) > registry.MaxBatchCalls {
 		return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest,
 			fmt.Sprintf("the JSON-RPC batch holds %d messages; at most %d are allowed, so split it", len(batch), registry.MaxBatchCalls)}
 	}
 	seen := make(map[string]int, len(batch))
+	list := 0 // the message that is a tools/list, counting from 1
 	for i, msg := range batch {
 		var one struct {
 			ID json.RawMessage `json:"id"`
@@ -366,7 +388,13 @@ func boundBatch(w *jsonRPCErrors, r *http.Request, limit int64) (*mcpWants, *rpc
 			}
 			seen[key] = i
 		}
-		wants.add(msg)
+		if wants.add(msg) == "tools/list" {
+			if list != 0 {
+				return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest,
+					fmt.Sprintf("messages %d and %d of the batch are both tools/list; a batch may hold at most one, as its answer is the whole catalog, so send one tools/list", list, i+1)}
+			}
+			list = i + 1
+		}
 	}
 	return wants, nil
 }
