@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -406,14 +405,6 @@ func BenchmarkPostCallsBatch(b *testing.B) {
 	client := e.ts.Client()
 	b.ReportAllocs()
 	for b.Loop() {
-		resp, err := client.Post(e.ts.URL+"/calls/batch", "application/json", bytes.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b.Fatal(resp.Status)
-		}
+		readOK(b)(client.Post(e.ts.URL+"/calls/batch", "application/json", bytes.NewReader(body)))
 	}
 }

@@ -1,16 +1,9 @@
 package http
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"log/slog"
-	"net/http"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/telemetry"
 )
 
@@ -27,13 +20,7 @@ func BenchmarkPostCallsNoExporter(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer tp.Shutdown(context.Background())
-	log := telemetry.NewLogger(io.Discard, telemetry.LogOptions{Level: slog.LevelInfo})
-	e := newEnv(b, func(d *Deps, o *registry.Options) {
-		d.Registerer = d.Gatherer.(*prometheus.Registry)
-		d.TracerProvider = tp
-		d.Logger, o.Logger = log, log
-		o.Tracer = tp.Tracer("toolsvc")
-	})
+	e := productionEnv(b, tp)
 	body := []byte(`{"toolName":"text__transform","arguments":{"operation":"upper","text":"hello"}}`)
 	client := e.ts.Client()
 	for _, c := range []struct{ name, traceparent string }{
@@ -43,24 +30,12 @@ func BenchmarkPostCallsNoExporter(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
+			header := map[string]string{}
+			if c.traceparent != "" {
+				header["traceparent"] = c.traceparent
+			}
 			for b.Loop() {
-				req, err := http.NewRequest("POST", e.ts.URL+"/calls", bytes.NewReader(body))
-				if err != nil {
-					b.Fatal(err)
-				}
-				req.Header.Set("Content-Type", "application/json")
-				if c.traceparent != "" {
-					req.Header.Set("traceparent", c.traceparent)
-				}
-				resp, err := client.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					b.Fatal(resp.Status)
-				}
+				postTo(b, client, e.ts.URL+"/calls", body, header)
 			}
 		})
 	}

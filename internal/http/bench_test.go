@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store/sqlite"
@@ -33,15 +34,47 @@ func BenchmarkPostCalls(b *testing.B) {
 }
 
 func post(b *testing.B, client *http.Client, base string, body []byte) {
-	resp, err := client.Post(base+"/calls", "application/json", bytes.NewReader(body))
+	readOK(b)(client.Post(base+"/calls", "application/json", bytes.NewReader(body)))
+}
+
+// readOK returns what reads an answer and fails b unless it is 200.
+func readOK(b *testing.B) func(*http.Response, error) {
+	return func(resp *http.Response, err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatal(resp.Status)
+		}
+	}
+}
+
+// postTo posts body as JSON to url with the headers header, reads the
+// answer and fails b unless it is 200.
+func postTo(b *testing.B, client *http.Client, url string, body []byte, header map[string]string) {
+	req, err := http.NewRequest("POST", url, bytes.NewReader(body))
 	if err != nil {
 		b.Fatal(err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b.Fatal(resp.Status)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
 	}
+	readOK(b)(client.Do(req))
+}
+
+// productionEnv is newEnv with what a production instance records: HTTP
+// metrics, spans from tp, and the JSON log at info with trace ids.
+func productionEnv(b *testing.B, tp trace.TracerProvider) *env {
+	log := telemetry.NewLogger(io.Discard, telemetry.LogOptions{Level: slog.LevelInfo})
+	return newEnv(b, func(d *Deps, o *registry.Options) {
+		d.Registerer = d.Gatherer.(*prometheus.Registry)
+		d.TracerProvider = tp
+		d.Logger, o.Logger = log, log
+		o.Tracer = tp.Tracer("toolsvc")
+	})
 }
 
 // BenchmarkThroughput compares, in one run, parallel POST /calls to a
@@ -85,13 +118,7 @@ func BenchmarkThroughput(b *testing.B) {
 func BenchmarkPostCallsTraced(b *testing.B) {
 	tp := sdktrace.NewTracerProvider()
 	defer tp.Shutdown(context.Background())
-	log := telemetry.NewLogger(io.Discard, telemetry.LogOptions{Level: slog.LevelInfo})
-	e := newEnv(b, func(d *Deps, o *registry.Options) {
-		d.Registerer = d.Gatherer.(*prometheus.Registry)
-		d.TracerProvider = tp
-		d.Logger, o.Logger = log, log
-		o.Tracer = tp.Tracer("toolsvc")
-	})
+	e := productionEnv(b, tp)
 	body := []byte(`{"toolName":"text__transform","arguments":{"operation":"upper","text":"hello"}}`)
 	client := e.ts.Client()
 	b.ReportAllocs()

@@ -337,16 +337,6 @@ func TestRateLimitHTTPAndMCP(t *testing.T) {
 		t.Errorf("batch over the limit: %d", r.status)
 	}
 	// /mcp answers tools/call with a JSON-RPC error.
-	req, _ := http.NewRequest("POST", e.ts.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"text__transform","arguments":{"operation":"upper","text":"x"}}}`))
-	for k, v := range h {
-		req.Header.Set(k, v)
-	}
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var rpc struct {
 		ID    int `json:"id"`
 		Error *struct {
@@ -357,9 +347,7 @@ func TestRateLimitHTTPAndMCP(t *testing.T) {
 			} `json:"data"`
 		} `json:"error"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&rpc); err != nil {
-		t.Fatal(err)
-	}
+	mcpCallAs(t, e, h, &rpc)
 	if rpc.ID != 7 || rpc.Error == nil || rpc.Error.Code != mcpRateLimited || rpc.Error.Data.Code != "rate_limited" || rpc.Error.Data.RetryAfter < 1 {
 		t.Errorf("MCP over the limit: %+v", rpc)
 	}

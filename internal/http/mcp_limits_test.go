@@ -24,6 +24,20 @@ func mcpPost(version string) map[string]string {
 	return h
 }
 
+// mcpCallAs posts one JSON-RPC tools/call of text__transform (id 7) to
+// /mcp with the headers h (credentials) and decodes the answer into v.
+func mcpCallAs(t *testing.T, e *env, h map[string]string, v any) {
+	t.Helper()
+	header := mcpPost("")
+	for k, val := range h {
+		if k != "Content-Type" {
+			header[k] = val
+		}
+	}
+	body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"text__transform","arguments":{"operation":"upper","text":"x"}}}`
+	e.do("POST", "/mcp", []byte(body), header, false).json(t, v)
+}
+
 // rpcErrorOf is the JSON-RPC error of a response to /mcp.
 func rpcErrorOf(t *testing.T, r response) (id string, code int, msg string) {
 	t.Helper()

@@ -74,16 +74,6 @@ func TestRateLimiterOutageIsNotRateLimiting(t *testing.T) {
 
 	// /mcp: a tool result saying the call did not run, as for a store
 	// that did not take the call; not the error -32029 of a rate limit.
-	req, _ := http.NewRequest("POST", e.ts.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"text__transform","arguments":{"operation":"upper","text":"x"}}}`))
-	for k, v := range h {
-		req.Header.Set(k, v)
-	}
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var rpc struct {
 		Error  json.RawMessage `json:"error"`
 		Result struct {
@@ -93,15 +83,13 @@ func TestRateLimiterOutageIsNotRateLimiting(t *testing.T) {
 			} `json:"content"`
 		} `json:"result"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&rpc); err != nil {
-		t.Fatal(err)
-	}
+	mcpCallAs(t, e, h, &rpc)
 	if rpc.Error != nil || !rpc.Result.IsError || len(rpc.Result.Content) != 1 || !strings.Contains(rpc.Result.Content[0].Text, "did not run") {
 		t.Errorf("MCP during the outage: error %s, result %+v; want an isError result saying the call did not run", rpc.Error, rpc.Result)
 	}
 
 	// A plan's steps are told the same.
-	err = e.srv.LimitSteps(t.Context(), caller, "plan", []string{"text__transform"})
+	err := e.srv.LimitSteps(t.Context(), caller, "plan", []string{"text__transform"})
 	var re *registry.Error
 	if !errors.As(err, &re) || !strings.Contains(re.Message, "not answering") {
 		t.Errorf("LimitSteps during the outage: %v", err)
