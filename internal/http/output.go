@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"unicode/utf8"
 
@@ -60,6 +61,8 @@ func (s *Server) handleGetOutput(w http.ResponseWriter, r *http.Request) error {
 	info, data, err := reader.ReadOutput(r.Context(), caller, nil, id, stream, offset, int(first))
 	var te *registry.Error
 	switch {
+	case errors.Is(err, registry.ErrNotFound) && s.stillRunning(r.Context(), caller, id):
+		return problem(kindNotFound, "call "+id+" has not ended (it runs, or waits for approval); an output that is cut is kept once its call ends: wait for it with GET /calls/"+url.PathEscape(id)+"?wait=30s")
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrNoSpill):
 		return problem(kindNotFound, err.Error())
 	case errors.As(err, &te):
@@ -138,4 +141,16 @@ func queryInt(v string, def, lo, hi int64, name string) (int64, error) {
 		return 0, problem(kindInvalidParameter, name+" must be an integer from "+strconv.FormatInt(lo, 10)+" to "+strconv.FormatInt(hi, 10))
 	}
 	return n, nil
+}
+
+// stillRunning reports whether caller's call id is recorded as running or
+// waiting for approval, so that a read of its output, which is kept only
+// once it ends, is not answered as if the output had expired.
+func (s *Server) stillRunning(ctx context.Context, caller *registry.Caller, id string) bool {
+	st := s.deps.Executor.Store()
+	if st == nil {
+		return false
+	}
+	rec, err := st.GetCall(ctx, caller.ID, id)
+	return err == nil && rec.State != registry.CallDone
 }

@@ -236,3 +236,23 @@ func TestMCPCutOutputLinksToIt(t *testing.T) {
 		t.Fatalf("no resource_link for a caller without result__read: %+v", res.Content)
 	}
 }
+
+// TestOutputOfACallNotEnded: the output of a call that has not ended is
+// not kept yet; the answer says so, rather than that it expired.
+func TestOutputOfACallNotEnded(t *testing.T) {
+	st := openStore(t)
+	e := newEnv(t, func(d *Deps, o *registry.Options) {
+		o.Store = st
+		o.Spill = registry.NewSpiller(registry.SpillOptions{Store: st, Registerer: prometheus.NewRegistry()})
+	})
+	if r, res := e.call("/calls", `{"toolName":"test__priv","toolCallId":"waits","arguments":{"n":1}}`); r.status != 202 || res.Approval == nil {
+		t.Fatalf("filing: %d %s", r.status, r.body)
+	}
+	r := e.do("GET", "/calls/waits/output", nil, nil, true)
+	if r.status != 404 || !bytes.Contains(r.body, []byte("has not ended")) {
+		t.Errorf("the output of a pending call: %d %s", r.status, r.body)
+	}
+	if r := e.do("GET", "/calls/nosuch/output", nil, nil, true); r.status != 404 || bytes.Contains(r.body, []byte("has not ended")) {
+		t.Errorf("the output of no call: %d %s", r.status, r.body)
+	}
+}
