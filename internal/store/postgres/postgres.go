@@ -378,7 +378,7 @@ func (s *Store) listen(ctx context.Context, conn *pgx.Conn) {
 			if ctx.Err() != nil {
 				return
 			}
-			s.log.Warn("store: notification listener lost its connection; reconnecting", "err", err, "retryIn", backoff)
+			s.log.Warn("store: notification listener lost its connection; reconnecting", "err", err, "retryIn", backoff.String())
 			select {
 			case <-ctx.Done():
 				return
