@@ -53,6 +53,9 @@ func (t *tools) delete(ctx context.Context, req *registry.Request) (any, error) 
 	}
 	defer wd.Close()
 	root := wd.Root
+	if err := mustBeDir(root, a.Path, rel); err != nil {
+		return nil, err
+	}
 	fi, err := root.Lstat(rel)
 	if err != nil {
 		return nil, fileError(rel, err)

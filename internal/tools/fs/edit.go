@@ -62,6 +62,9 @@ func (t *tools) edit(ctx context.Context, req *registry.Request) (any, error) {
 	}
 	defer wd.Close()
 	root := wd.Root
+	if err := mustBeDir(root, a.Path, rel); err != nil {
+		return nil, err
+	}
 
 	f, err := root.OpenFile(rel, os.O_RDWR|syscall.O_NONBLOCK, 0)
 	if err != nil {

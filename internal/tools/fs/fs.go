@@ -167,6 +167,34 @@ func pathSchema(description string) string {
 // pathRules is what the tools tell a model about paths.
 const pathRules = `Paths are relative to the workspace root and use forward slashes, for example "src/main.go" or "." for the root; absolute paths, ".." components, backslashes and NUL bytes are not allowed.`
 
+// namesDir reports whether path p, as the caller wrote it, ends in "/" or
+// "/.": it names a directory.
+func namesDir(p string) bool {
+	tail := p[max(0, strings.LastIndexByte(p, '/')):]
+	return tail == "/" || tail == "/."
+}
+
+// mustBeDir refuses, as the file system does, a path written as a
+// directory ("app/.env/") that leads to something else. Policy rules see
+// the path so spelled (normalizePath keeps the final "/"), so a file
+// reached through it would pass a rule written for the file.
+func mustBeDir(root *os.Root, p, rel string) error {
+	if rel == "." || !namesDir(p) {
+		return nil
+	}
+	fi, err := root.Stat(rel)
+	if err != nil || fi.IsDir() {
+		return nil // the tool says what is wrong with a path that cannot be used
+	}
+	kind := "a file"
+	if !fi.Mode().IsRegular() {
+		kind = fileKind(fi.Mode())
+	}
+	return registry.ToolError(
+		fmt.Sprintf("path %s ends in \"/\", so it names a directory, but %s is %s", quoteShort(p), quoteShort(rel), kind),
+		fmt.Sprintf("Give the path without the final \"/\" to use %s.", quoteShort(rel)))
+}
+
 // openDir opens the caller's workspace directory; close the Dir when done,
 // never its Root, which other calls share.
 func (t *tools) openDir(req *registry.Request) (*workspace.Dir, error) {

@@ -1,6 +1,13 @@
 package fs
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/toolsvc/toolsvc/internal/registry"
+)
 
 func TestNormalizePath(t *testing.T) {
 	for in, want := range map[string]string{
@@ -36,5 +43,46 @@ func BenchmarkNormalizePath(b *testing.B) {
 				normalizePath(map[string]any{"path": p})
 			}
 		})
+	}
+}
+
+// TestPathWrittenAsDirectoryMustBeOne: policy rules see "app/.env/" with its
+// final "/" (a rule on files ending ".env" does not match it), so no tool
+// may act through it on the file app/.env.
+func TestPathWrittenAsDirectoryMustBeOne(t *testing.T) {
+	e := newEnv(t, Options{MaxWriteBytes: 1000}, 16384)
+	d := e.dir("")
+	mustWrite(t, filepath.Join(d, "app", ".env"), "DB_PASSWORD=hunter2\n")
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"fs__read", map[string]any{"path": "app/.env/"}},
+		{"fs__read", map[string]any{"path": "app/.env/."}},
+		{"fs__stat", map[string]any{"path": "app/.env/"}},
+		{"fs__list", map[string]any{"path": "app/.env/"}},
+		{"fs__search", map[string]any{"path": "app/.env/", "pattern": "PASSWORD"}},
+		{"fs__edit", map[string]any{"path": "app/.env/", "oldText": "hunter2", "newText": "x"}},
+		{"fs__delete", map[string]any{"path": "app/.env/"}},
+	} {
+		err := e.fail("", c.tool, c.args)
+		if err.Code != registry.CodeTool || !strings.Contains(err.Message, `so it names a directory, but "app/.env" is a file`) {
+			t.Errorf("%s %v: %s %q", c.tool, c.args, err.Code, err.Message)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(d, "app", ".env")); err != nil || string(got) != "DB_PASSWORD=hunter2\n" {
+		t.Errorf("app/.env after the calls: %q, %v", got, err)
+	}
+	// A directory written so is still one, and a missing path is the
+	// tool's own answer.
+	var l listResult
+	e.ok("", "fs__list", map[string]any{"path": "app/"}, &l)
+	if l.Count != 1 || l.Entries[0].Path != "app/.env" {
+		t.Errorf("fs__list app/: %+v", l)
+	}
+	var s statResult
+	e.ok("", "fs__stat", map[string]any{"path": "nothing/"}, &s)
+	if s.Exists {
+		t.Errorf("fs__stat nothing/: %+v", s)
 	}
 }

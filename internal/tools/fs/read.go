@@ -65,6 +65,9 @@ func (t *tools) read(ctx context.Context, req *registry.Request) (any, error) {
 	}
 	defer wd.Close()
 	root := wd.Root
+	if err := mustBeDir(root, a.Path, rel); err != nil {
+		return nil, err
+	}
 
 	// O_NONBLOCK keeps a FIFO from blocking the open; only regular files
 	// are read.

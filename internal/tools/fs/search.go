@@ -119,6 +119,9 @@ func (t *tools) search(ctx context.Context, req *registry.Request) (any, error) 
 	}
 	defer wd.Close()
 	root := wd.Root
+	if err := mustBeDir(root, a.Path, rel); err != nil {
+		return nil, err
+	}
 	s.root = root
 
 	fi, err := root.Stat(rel)

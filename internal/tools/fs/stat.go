@@ -53,6 +53,9 @@ func (t *tools) stat(ctx context.Context, req *registry.Request) (any, error) {
 	}
 	defer wd.Close()
 	root := wd.Root
+	if err := mustBeDir(root, a.Path, rel); err != nil {
+		return nil, err
+	}
 	fi, err := root.Lstat(rel)
 	if errors.Is(err, iofs.ErrNotExist) {
 		return statResult{Path: rel}, nil

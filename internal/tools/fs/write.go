@@ -64,7 +64,8 @@ func (t *tools) write(ctx context.Context, req *registry.Request) (any, error) {
 	}
 	// cleanPath drops a final "/" or "/.", which would make "newdir/" a
 	// file named newdir.
-	if tail := a.Path[max(0, strings.LastIndexByte(a.Path, '/')):]; tail == "/" || tail == "/." {
+	if namesDir(a.Path) {
+		tail := a.Path[strings.LastIndexByte(a.Path, '/'):]
 		return nil, &registry.Error{Code: registry.CodeInvalidArguments,
 			Message:    fmt.Sprintf("path %s ends in %q, so it names a directory; fs__write writes files", quoteShort(a.Path), tail),
 			Suggestion: `Give the path of a file, such as "newdir/notes.txt"; fs__write creates missing directories itself.`}
