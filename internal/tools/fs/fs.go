@@ -195,14 +195,24 @@ func mustBeDir(root *os.Root, p, rel string) error {
 		fmt.Sprintf("Give the path without the final \"/\" to use %s.", quoteShort(rel)))
 }
 
-// openDir opens the caller's workspace directory; close the Dir when done,
-// never its Root, which other calls share.
+// openDir opens the caller's workspace directory, making it; close the Dir
+// when done, never its Root, which other calls share.
 func (t *tools) openDir(req *registry.Request) (*workspace.Dir, error) {
+	return t.dirWith(req, t.o.Workspace.Open)
+}
+
+// peekDir is openDir for the tools that only read: where the directory
+// does not exist yet, they see an empty one and make none.
+func (t *tools) peekDir(req *registry.Request) (*workspace.Dir, error) {
+	return t.dirWith(req, t.o.Workspace.Peek)
+}
+
+func (t *tools) dirWith(req *registry.Request, open func(workspace.Owner, string) (*workspace.Dir, error)) (*workspace.Dir, error) {
 	var owner workspace.Owner
 	if req.Caller != nil {
 		owner = workspace.OwnerOf(req.Caller.ID, req.Caller.Workspace)
 	}
-	dir, err := t.o.Workspace.Open(owner, req.Context.InstanceKey)
+	dir, err := open(owner, req.Context.InstanceKey)
 	if err := noRoom(err, "so the directory of this instanceKey was not made"); err != nil {
 		return nil, err
 	}

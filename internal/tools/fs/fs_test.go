@@ -622,3 +622,36 @@ func TestInstanceKeysIsolate(t *testing.T) {
 		t.Errorf("key ../conv-a reached key a's file: %q", r.Content)
 	}
 }
+
+// TestReadingMakesNoDirectory: a caller that may only read cannot fill the
+// workspace with the directories of made-up instance keys; it sees an
+// empty workspace until something is written there.
+func TestReadingMakesNoDirectory(t *testing.T) {
+	e := newEnv(t, Options{}, 16384)
+	instances := filepath.Join(e.base, "callers", "anonymous", "instances")
+	for i, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"fs__list", map[string]any{"path": ".", "recursive": true}},
+		{"fs__stat", map[string]any{"path": "."}},
+		{"fs__search", map[string]any{"pattern": "x"}},
+	} {
+		e.ok(fmt.Sprintf("made-up-%d", i), c.tool, c.args, nil)
+	}
+	if err := e.fail("made-up-r", "fs__read", map[string]any{"path": "a.txt"}); !strings.Contains(err.Message, `"a.txt" does not exist`) {
+		t.Errorf("fs__read in a new instance: %+v", err)
+	}
+	if _, err := os.Lstat(instances); !os.IsNotExist(err) {
+		entries, _ := os.ReadDir(instances)
+		t.Fatalf("reading calls made instance directories: %v", entries)
+	}
+	e.ok("made-up-0", "fs__write", map[string]any{"path": "a.txt", "content": "now"}, nil)
+	var r readResult
+	e.ok("made-up-0", "fs__read", map[string]any{"path": "a.txt"}, &r)
+	var l listResult
+	e.ok("made-up-0", "fs__list", map[string]any{"path": "."}, &l)
+	if r.Content != "now" || l.Count != 1 {
+		t.Errorf("after a write: read %q, list %+v", r.Content, l)
+	}
+}

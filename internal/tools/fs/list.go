@@ -65,7 +65,7 @@ func (t *tools) list(ctx context.Context, req *registry.Request) (any, error) {
 	if a.MaxEntries > 0 && a.MaxEntries < limit {
 		limit = a.MaxEntries
 	}
-	wd, err := t.openDir(req)
+	wd, err := t.peekDir(req)
 	if err != nil {
 		return nil, err
 	}

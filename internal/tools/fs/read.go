@@ -59,7 +59,7 @@ func (t *tools) read(ctx context.Context, req *registry.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	wd, err := t.openDir(req)
+	wd, err := t.peekDir(req)
 	if err != nil {
 		return nil, err
 	}

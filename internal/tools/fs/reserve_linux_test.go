@@ -59,7 +59,7 @@ func TestWorkspaceReserve(t *testing.T) {
 		{"", "fs__write", map[string]any{"path": "a.txt", "content": "!", "mode": "append"}, "nothing was written"},
 		{"", "fs__write", map[string]any{"path": "d1/d2/d3/c.txt", "content": ""}, "this needs 16384 more"}, // three directories and the file
 		{"", "fs__edit", map[string]any{"path": "a.txt", "oldText": "hello", "newText": "hello, world"}, "nothing was changed"},
-		{"new-instance", "fs__stat", map[string]any{"path": "."}, "the directory of this instanceKey was not made"},
+		{"new-instance", "fs__write", map[string]any{"path": "x.txt", "content": "x"}, "the directory of this instanceKey was not made"},
 	} {
 		res := call(full, c.key, c.tool, c.args)
 		if res.Code() != registry.CodeTool || !strings.Contains(res.Error.Message, "TOOLSVC_WORKSPACE_RESERVE") || !strings.Contains(res.Error.Message, c.outcome) {
@@ -76,6 +76,10 @@ func TestWorkspaceReserve(t *testing.T) {
 	}
 	if res := call(full, "", "fs__read", map[string]any{"path": "a.txt"}); res.Status != registry.StatusOK {
 		t.Errorf("read without room: %+v", res.Error)
+	}
+	// Reading makes no directory, so it needs no room either.
+	if res := call(full, "new-instance", "fs__list", map[string]any{"path": "."}); res.Status != registry.StatusOK {
+		t.Errorf("fs__list of a new instance without room: %+v", res.Error)
 	}
 	// A write or an edit that does not grow the file needs no room.
 	if res := call(full, "", "fs__edit", map[string]any{"path": "a.txt", "oldText": "hello", "newText": "HELLO"}); res.Status != registry.StatusOK {

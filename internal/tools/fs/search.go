@@ -113,7 +113,7 @@ func (t *tools) search(ctx context.Context, req *registry.Request) (any, error) 
 	if a.MaxMatches > 0 && a.MaxMatches < s.maxMatch {
 		s.maxMatch = a.MaxMatches
 	}
-	wd, err := t.openDir(req)
+	wd, err := t.peekDir(req)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,11 @@
 //	shared/<name>/default              the same for callers whose Caller resource
 //	shared/<name>/instances/<key>      names the shared workspace <name>
 //
-// where <caller>, <name> and <key> are sanitised (see SanitizeKey).
+// where <caller>, <name> and <key> are sanitised (see SanitizeKey), and
+//
+//	.empty                             an empty directory, for reading a
+//	                                   directory not made yet (see Peek)
+
 // Directories are opened one component at a time beneath the root and
 // never through a symbolic link: a link where a directory is expected is
 // refused, so a link planted by a program cannot redirect a later call.
@@ -40,6 +44,8 @@ type Workspace struct {
 	base string
 	// dir is the workspace root, open for the cache's lookups.
 	dir *os.File
+	// empty is the directory Peek gives for one that does not exist.
+	empty *entry
 
 	// reserve is Options.Reserve.
 	reserve int64
@@ -88,7 +94,28 @@ func New(dir string, o Options) (*Workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
-	return &Workspace{base: abs, dir: f, cache: map[string]*entry{}, reserve: o.Reserve}, nil
+	empty, err := openEmpty(abs)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("workspace: %s: %w", emptyDir, err)
+	}
+	return &Workspace{base: abs, dir: f, empty: &entry{root: empty, refs: 1}, cache: map[string]*entry{}, reserve: o.Reserve}, nil
+}
+
+// emptyDir is the name of the empty directory beneath the root.
+const emptyDir = ".empty"
+
+// openEmpty opens the empty directory beneath base, making it.
+func openEmpty(base string) (*os.Root, error) {
+	root, err := os.OpenRoot(base)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	if err := root.Mkdir(emptyDir, 0o555); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, err
+	}
+	return openChild(root, emptyDir, nil)
 }
 
 // dirBytes is what a new directory is counted to take: a block.
@@ -142,6 +169,7 @@ func (w *Workspace) Close() error {
 	for _, e := range w.cache {
 		w.uncacheLocked(e)
 	}
+	w.releaseLocked(w.empty)
 	w.mu.Unlock()
 	return w.dir.Close()
 }
@@ -223,12 +251,37 @@ func (d *Dir) File() (*os.File, error) { return d.Root.Open(".") }
 // opened component is checked to be the very directory that was looked
 // at, so a link swapped in between is refused too.
 func (w *Workspace) Open(o Owner, key string) (*Dir, error) {
+	return w.open(o, key, true)
+}
+
+// Peek is Open for reading: it makes no directory. Where owner's
+// directory for key does not exist yet, it returns an empty directory
+// that is never written, so a caller that only reads cannot fill the
+// workspace with directories of made-up instance keys.
+func (w *Workspace) Peek(o Owner, key string) (*Dir, error) {
+	d, err := w.open(o, key, false)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return d, err
+	}
+	w.mu.Lock()
+	w.empty.refs++
+	w.mu.Unlock()
+	d = w.dirOf(w.empty)
+	d.Path = w.Path(o, key)
+	return d, nil
+}
+
+func (w *Workspace) open(o Owner, key string, create bool) (*Dir, error) {
 	names := components(o, key)
 	rel := strings.Join(names, "/")
 	if e := w.cached(rel); e != nil {
 		return w.dirOf(e), nil
 	}
-	root, err := w.walk(names)
+	room := w.Room
+	if !create {
+		room = nil
+	}
+	root, err := w.walk(names, room)
 	if err != nil {
 		return nil, err
 	}
@@ -253,8 +306,9 @@ func (w *Workspace) Open(o Owner, key string) (*Dir, error) {
 }
 
 // walk opens the directory names, one component at a time from the
-// workspace root, creating missing ones and never through a link.
-func (w *Workspace) walk(names []string) (*os.Root, error) {
+// workspace root, never through a link, creating missing ones when room
+// (see openChild) is set.
+func (w *Workspace) walk(names []string, room func(need, inodes int64) error) (*os.Root, error) {
 	root, err := os.OpenRoot(w.base)
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
@@ -262,7 +316,7 @@ func (w *Workspace) walk(names []string) (*os.Root, error) {
 	rel := "."
 	for _, name := range names {
 		rel = filepath.Join(rel, name)
-		next, err := openChild(root, name, w.Room)
+		next, err := openChild(root, name, room)
 		root.Close()
 		if err != nil {
 			return nil, fmt.Errorf("workspace: %s: %w", rel, err)
@@ -321,12 +375,12 @@ func (w *Workspace) releaseLocked(e *entry) {
 	}
 }
 
-// openChild opens the directory name directly beneath parent, creating
-// it if missing (when room says there is room for one), never through a
-// link.
+// openChild opens the directory name directly beneath parent, never
+// through a link, creating it if missing when room is set and says there
+// is room for one.
 func openChild(parent *os.Root, name string, room func(need, inodes int64) error) (*os.Root, error) {
 	fi, err := parent.Lstat(name)
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) && room != nil {
 		if err := room(dirBytes, 1); err != nil {
 			return nil, err
 		}
