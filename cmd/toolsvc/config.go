@@ -21,6 +21,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/sandbox"
+	"github.com/toolsvc/toolsvc/internal/tools/worker"
 )
 
 // Config is every process setting; this is the only place the
@@ -368,8 +369,8 @@ func (c Config) validate() error {
 	if c.MaxConcurrency < 0 || c.MaxToolConcurrency < 0 || c.ProcessConcurrency < 0 {
 		errs = append(errs, "TOOLSVC_MAX_CONCURRENCY, TOOLSVC_MAX_TOOL_CONCURRENCY and TOOLSVC_PROCESS_TOOL_CONCURRENCY must not be negative")
 	}
-	if c.ToolMemoryLimit < 64<<20 {
-		errs = append(errs, fmt.Sprintf("TOOLSVC_TOOL_MEMORY_LIMIT must be at least 64MiB, got %d bytes", c.ToolMemoryLimit))
+	if c.ToolMemoryLimit < worker.MinMemoryLimit {
+		errs = append(errs, fmt.Sprintf("TOOLSVC_TOOL_MEMORY_LIMIT must be at least %dMiB, got %d bytes", worker.MinMemoryLimit>>20, c.ToolMemoryLimit))
 	}
 	if c.BatchParallelism < 1 || c.BatchParallelism > 50 {
 		errs = append(errs, "TOOLSVC_BATCH_PARALLELISM must be between 1 and 50")

@@ -29,7 +29,7 @@ func Serve(args []string, tools []*registry.Tool, in io.Reader, out io.Writer) e
 		return errors.New("worker: usage: " + Command + " <memory-limit-bytes>")
 	}
 	limit, err := strconv.ParseInt(args[0], 10, 64)
-	if err != nil || limit < minMemoryLimit {
+	if err != nil || limit < MinMemoryLimit {
 		return fmt.Errorf("worker: bad memory limit %q", args[0])
 	}
 	if err := applyCeiling(limit); err != nil {

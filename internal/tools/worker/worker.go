@@ -46,9 +46,13 @@ const Command = "__tool-worker"
 const (
 	DefaultMemoryLimit   = 512 << 20
 	DefaultResponseLimit = 16 << 20
-	// minMemoryLimit is the least ceiling a worker can start under: the Go
-	// runtime and the binary's own data need about 20 MiB.
-	minMemoryLimit = 64 << 20
+	// MinMemoryLimit is the least ceiling a worker can work under. The
+	// address space it bounds grows in the Go heap's arenas of 64 MiB, and
+	// every new thread takes a stack of 8 MiB in a binary built with cgo:
+	// under 64 MiB, an allocation of 8 MiB after four threads failed one
+	// start in seven, wherever the runtime's first arena happened to be
+	// full.
+	MinMemoryLimit = 128 << 20
 )
 
 // LimitSetting is the setting that configures the ceiling; error messages
@@ -117,8 +121,8 @@ func New(o Options) (*Pool, error) {
 	if o.Exe == "" {
 		return nil, errors.New("worker: no executable")
 	}
-	if o.MemoryLimit < minMemoryLimit {
-		return nil, fmt.Errorf("%s is %d bytes; a worker needs at least %d", LimitSetting, o.MemoryLimit, minMemoryLimit)
+	if o.MemoryLimit < MinMemoryLimit {
+		return nil, fmt.Errorf("%s is %d bytes; a worker needs at least %d", LimitSetting, o.MemoryLimit, MinMemoryLimit)
 	}
 	return &Pool{o: o, slots: newTurns(o.Size)}, nil
 }
@@ -349,11 +353,18 @@ type proc struct {
 	state  string
 }
 
+// runtimeEnv is what a worker's runtimes are told: no goroutine dump on a
+// fatal error (the first line says it all), and, in a binary built with
+// cgo, one C malloc arena: glibc reserves 64 MiB of address space for the
+// arena of every thread that calls malloc, which the ceiling counts.
+func runtimeEnv() []string {
+	return []string{"GOTRACEBACK=none", "MALLOC_ARENA_MAX=1"}
+}
+
 func (p *Pool) start() (*proc, error) {
 	p.started.Add(1)
 	cmd := exec.Command(p.o.Exe, Command, strconv.FormatInt(p.o.MemoryLimit, 10))
-	// No goroutine dump on a fatal error: the first line says it all.
-	cmd.Env = append([]string{"GOTRACEBACK=none"}, p.o.Env...)
+	cmd.Env = append(runtimeEnv(), p.o.Env...)
 	cmd.SysProcAttr = procAttr()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -165,7 +165,7 @@ func TestBombsHitTheCeiling(t *testing.T) {
 const ceilingProbe = "__ceiling-probe"
 
 func probeCeiling() {
-	if err := applyCeiling(minMemoryLimit); err != nil {
+	if err := applyCeiling(MinMemoryLimit); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -189,7 +189,7 @@ func probeCeiling() {
 	}
 	fmt.Println("within the ceiling")
 	os.Stdout.Sync()
-	big := make([]byte, 2*minMemoryLimit)
+	big := make([]byte, 2*MinMemoryLimit)
 	for i := range big {
 		big[i] = 1
 	}
@@ -208,7 +208,7 @@ func TestSmallestCeilingLeavesRoomToStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, ceilingProbe)
-	cmd.Env = append(os.Environ(), "GOTRACEBACK=none")
+	cmd.Env = append(os.Environ(), runtimeEnv()...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()
