@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -67,11 +68,18 @@ func (t *tools) delete(ctx context.Context, req *registry.Request) (any, error) 
 				fmt.Sprintf("%s is a directory; nothing was deleted", quoteShort(rel)),
 				"Pass recursive: true to delete the directory and everything in it.")
 		}
-		err = root.RemoveAll(rel)
-	} else {
-		err = root.Remove(rel)
-	}
-	if err != nil {
+		if err := root.RemoveAll(rel); err != nil {
+			// RemoveAll goes on past what it cannot delete: some of the
+			// directory may be gone.
+			e := fileError(rel, err)
+			var re *registry.Error
+			if errors.As(e, &re) {
+				re.Message += "; some of what the directory held may have been deleted already"
+				re.Suggestion = fmt.Sprintf("Use fs__list on %s to see what is left. ", quoteShort(rel)) + re.Suggestion
+			}
+			return nil, e
+		}
+	} else if err := root.Remove(rel); err != nil {
 		return nil, fileError(rel, err)
 	}
 	return deleteResult{Path: rel, Type: kind, Deleted: true}, nil

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -654,4 +655,52 @@ func TestReadingMakesNoDirectory(t *testing.T) {
 	if r.Content != "now" || l.Count != 1 {
 		t.Errorf("after a write: read %q, list %+v", r.Content, l)
 	}
+}
+
+// TestPartialDeleteSaysSo: a recursive delete that fails part-way has
+// deleted some of the directory already, and must not read as if nothing
+// happened. An immutable file (chattr +i) stops it even for root.
+func TestPartialDeleteSaysSo(t *testing.T) {
+	e := newEnv(t, Options{}, 16384)
+	d := e.dir("")
+	mustWrite(t, filepath.Join(d, "pd", "a"), "a")
+	mustWrite(t, filepath.Join(d, "pd", "c", "x"), "x")
+	stuck := filepath.Join(d, "pd", "c", "x")
+	if out, err := exec.Command("chattr", "+i", stuck).CombinedOutput(); err != nil {
+		t.Skipf("chattr +i is not available here (%v: %s); the partial delete needs a file that cannot be removed", err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", stuck).Run() })
+	err := e.fail("", "fs__delete", map[string]any{"path": "pd", "recursive": true})
+	if !strings.Contains(err.Message, "some of what the directory held may have been deleted already") || !strings.Contains(err.Suggestion, `fs__list on "pd"`) {
+		t.Errorf("partial delete: %+v", err)
+	}
+	if _, serr := os.Lstat(filepath.Join(d, "pd", "a")); !os.IsNotExist(serr) {
+		t.Fatalf("pd/a was not deleted (%v), so this delete was not partial", serr)
+	}
+}
+
+// TestDanglingLinkSaysSo: a link to nothing both "does not exist" (to
+// overwrite) and "already exists" (to create); the model needs to hear
+// that it is a link, and how to get rid of it.
+func TestDanglingLinkSaysSo(t *testing.T) {
+	e := newEnv(t, Options{MaxWriteBytes: 1000}, 16384)
+	d := e.dir("")
+	mustSymlink(t, "missing-target", filepath.Join(d, "dl"))
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"fs__write", map[string]any{"path": "dl", "content": "x"}},
+		{"fs__write", map[string]any{"path": "dl", "content": "x", "mode": "create"}},
+		{"fs__write", map[string]any{"path": "dl", "content": "x", "mode": "append"}},
+		{"fs__read", map[string]any{"path": "dl"}},
+		{"fs__edit", map[string]any{"path": "dl", "oldText": "a", "newText": "b"}},
+	} {
+		err := e.fail("", c.tool, c.args)
+		if !strings.Contains(err.Message, `"dl" is a symbolic link to "missing-target", which does not exist`) || !strings.Contains(err.Suggestion, "fs__delete") {
+			t.Errorf("%s %v: %+v", c.tool, c.args, err)
+		}
+	}
+	e.ok("", "fs__delete", map[string]any{"path": "dl"}, nil)
+	e.ok("", "fs__write", map[string]any{"path": "dl", "content": "x", "mode": "create"}, nil)
 }

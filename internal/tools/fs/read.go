@@ -155,10 +155,21 @@ func (t *tools) read(ctx context.Context, req *registry.Request) (any, error) {
 // can act on, so the type is looked up for any failure but a missing or
 // already existing file (whose errors say what matters). root.Stat opens
 // nothing, so it neither blocks on a FIFO nor leaves the root.
+//
+// A missing or existing file may be a symbolic link to nothing, which
+// both "does not exist" (to open) and "already exists" (to create): that
+// is said instead, with what to do about it.
 func openError(root *os.Root, rel string, err error, hint string) error {
 	if !errors.Is(err, iofs.ErrNotExist) && !errors.Is(err, iofs.ErrExist) {
 		if fi, serr := root.Stat(rel); serr == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
 			return notRegular(rel, fi.Mode(), hint)
+		}
+	} else if fi, lerr := root.Lstat(rel); lerr == nil && fi.Mode()&iofs.ModeSymlink != 0 {
+		if _, serr := root.Stat(rel); errors.Is(serr, iofs.ErrNotExist) {
+			target, _ := root.Readlink(rel)
+			return registry.ToolError(
+				fmt.Sprintf("%s is a symbolic link to %s, which does not exist", quoteShort(rel), quoteShort(target)),
+				fmt.Sprintf("Delete the link with fs__delete to write a file at %s, or use the path it should lead to.", quoteShort(rel)))
 		}
 	}
 	return fileError(rel, err)
