@@ -321,6 +321,17 @@ func TestListBounded(t *testing.T) {
 	if !r.Truncated || !strings.Contains(r.Reason, "500") || len(r.Entries) != 0 {
 		t.Errorf("scan-limited listing: %d entries, truncated %v, reason %q", len(r.Entries), r.Truncated, r.Reason)
 	}
+	// A directory larger than the scan limit is read in part, in the file
+	// system's order: its sorted listing has gaps, and must say so even
+	// when the output limit cut it first.
+	for i := range 300 {
+		mustWrite(t, filepath.Join(d, "more", fmt.Sprintf("h%04d.txt", i)), "x")
+	}
+	r = listResult{}
+	e.ok("", "fs__list", map[string]any{"path": "more"}, &r)
+	if !r.Truncated || !strings.Contains(r.Reason, `"more" has over 500 entries`) || !strings.Contains(r.Reason, "names between the ones shown may exist") {
+		t.Errorf("listing of a directory over the scan limit: %d entries, truncated %v, reason %q", len(r.Entries), r.Truncated, r.Reason)
+	}
 }
 
 func TestStat(t *testing.T) {

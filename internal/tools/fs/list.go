@@ -90,7 +90,8 @@ func (t *tools) list(ctx context.Context, req *registry.Request) (any, error) {
 		}
 	}
 
-	budget := outputBudget(req, len(rel))
+	// The reason may quote a directory (up to 122 bytes) besides rel.
+	budget := outputBudget(req, len(rel)+128)
 	used := 0
 	w := &walker{ctx: ctx, root: root, limit: t.o.MaxScanEntries}
 	err = w.walk(rel, a.Recursive, func(e entry) error {
@@ -121,7 +122,12 @@ func (t *tools) list(ctx context.Context, req *registry.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if w.full && !res.Truncated {
+	switch {
+	case w.partial != "":
+		// Whatever else cut the listing, its entries from this directory
+		// are a sample that only looks sorted: say so first.
+		res.Truncated, res.Reason = true, fmt.Sprintf("%s has over %d entries; those read first (in no order) are listed, so names between the ones shown may exist: fs__stat a name you know", quoteShort(w.partial), t.o.MaxScanEntries)
+	case w.full && !res.Truncated:
 		res.Truncated, res.Reason = true, fmt.Sprintf("looked at %d entries without finishing; narrow the listing with a deeper path", t.o.MaxScanEntries)
 	}
 	if w.deep > 0 && !res.Truncated {

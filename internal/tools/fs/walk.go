@@ -31,8 +31,11 @@ type walker struct {
 	limit int
 	// seen counts the entries read so far.
 	seen int
-	// full is set when the walk stopped at limit.
-	full bool
+	// full is set when the walk stopped at limit; partial is then the
+	// directory it was reading, of which it read only some entries, in the
+	// file system's order, not by name.
+	full    bool
+	partial string
 	// skipped counts directories that could not be read.
 	skipped int
 	// deep counts directories not read because they lie maxWalkDepth
@@ -111,7 +114,7 @@ func (w *walker) readDir(dir string) ([]iofs.DirEntry, error) {
 	for {
 		room := w.limit - w.seen
 		if room <= 0 {
-			w.full = true
+			w.full, w.partial = true, dir
 			break
 		}
 		ents, err := f.ReadDir(min(room, 256))
