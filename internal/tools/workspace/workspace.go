@@ -13,7 +13,7 @@
 //
 //	.empty                             an empty directory, for reading a
 //	                                   directory not made yet (see Peek)
-
+//
 // Directories are opened one component at a time beneath the root and
 // never through a symbolic link: a link where a directory is expected is
 // refused, so a link planted by a program cannot redirect a later call.
