@@ -123,30 +123,39 @@ func (g *guard) checkAddr(a netip.Addr) error {
 		// A mapped address on a dual-stack socket reaches the IPv4 host.
 		a = a.Unmap()
 	}
+	if why := g.refusedAs(a); why != "" {
+		return refusef("%s is %s", a, why)
+	}
+	return nil
+}
+
+// refusedAs says what refused address a is ("a loopback address
+// (127.0.0.0/8)"), or "" when it is admitted.
+func (g *guard) refusedAs(a netip.Addr) string {
 	if slices.Contains(g.metadata, a) {
 		for _, p := range g.allow {
 			if p.IsSingleIP() && p.Addr() == a {
-				return nil
+				return ""
 			}
 		}
-		return refusef("%s is a cloud metadata address", a)
+		return "a cloud metadata address"
 	}
 	for _, p := range g.allow {
 		if p.Contains(a) {
-			return nil
+			return ""
 		}
 	}
 	for _, r := range g.ranges {
 		if r.prefix.Contains(a) {
-			return refusef("%s is %s (%s)", a, r.what, r.prefix)
+			return fmt.Sprintf("%s (%s)", r.what, r.prefix)
 		}
 	}
 	if v4, kind, ok := g.embeddedIPv4(a); ok {
-		if err := g.checkAddr(v4); err != nil {
-			return refusef("%s is a %s address embedding %v", a, kind, err)
+		if why := g.refusedAs(v4); why != "" {
+			return fmt.Sprintf("a %s address embedding %s, which is %s", kind, v4, why)
 		}
 	}
-	return nil
+	return ""
 }
 
 // embeddedIPv4 returns the IPv4 address a NAT64 (64:ff9b::/96) or 6to4
@@ -209,7 +218,7 @@ func (g *guard) checkURL(u *url.URL) *refusal {
 		return r
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		if r := checkLiteral(a); r != nil {
+		if r := g.checkLiteral(a); r != nil {
 			return r
 		}
 		if err := g.checkAddr(a); err != nil {
@@ -227,12 +236,17 @@ func (g *guard) checkURL(u *url.URL) *refusal {
 	return nil
 }
 
-// checkLiteral refuses IP literal forms that are legal but misleading.
-func checkLiteral(a netip.Addr) *refusal {
+// checkLiteral refuses IP literal forms that are legal but misleading,
+// suggesting the plain form only when that would be fetched.
+func (g *guard) checkLiteral(a netip.Addr) *refusal {
 	switch {
 	case a.Zone() != "":
 		return refusef("IPv6 zones (%%%s) are not allowed in URLs", a.Zone())
 	case a.Is4In6():
+		if why := g.refusedAs(a.Unmap()); why != "" {
+			return refusef("IPv4-mapped IPv6 address %s is not allowed, and the IPv4 address it maps, %s, is refused too: it is %s; "+
+				"only public internet addresses can be fetched, in any spelling", a, a.Unmap(), why)
+		}
 		return refusef("IPv4-mapped IPv6 address %s is not allowed; write the IPv4 address %s directly", a, a.Unmap())
 	}
 	return nil

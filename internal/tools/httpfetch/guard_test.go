@@ -63,7 +63,7 @@ func TestCheckAddr(t *testing.T) {
 		{addr: "ff02::1", want: "multicast"},
 		{addr: "2001:db8::1", want: "documentation"},
 		{addr: "2001:0:4136:e378:8000:63bf:3fff:fdd2", want: "Teredo"},
-		{addr: "64:ff9b::7f00:1", want: "NAT64 address embedding 127.0.0.1 is a loopback"},
+		{addr: "64:ff9b::7f00:1", want: "64:ff9b::7f00:1 is a NAT64 address embedding 127.0.0.1, which is a loopback address (127.0.0.0/8)"},
 		{addr: "64:ff9b::a9fe:a9fe", want: "metadata"},
 		{addr: "64:ff9b::808:808"},
 		{addr: "64:ff9b:1::1", want: "local-use NAT64"},
@@ -141,9 +141,10 @@ func TestCheckURL(t *testing.T) {
 		{url: "http://%31%32%37.0.0.1/", want: "loopback"},
 		{url: "http://[::1]/", want: "loopback"},
 		{url: "http://[::]/", want: "unspecified"},
-		{url: "http://[::ffff:127.0.0.1]/", want: "IPv4-mapped"},
-		{url: "http://[::ffff:7f00:1]/", want: "IPv4-mapped"},
-		{url: "http://[::ffff:8.8.8.8]/", want: "IPv4-mapped"},
+		// The IPv4 form is suggested only when it would be fetched.
+		{url: "http://[::ffff:127.0.0.1]/", want: "IPv4-mapped IPv6 address ::ffff:127.0.0.1 is not allowed, and the IPv4 address it maps, 127.0.0.1, is refused too: it is a loopback address"},
+		{url: "http://[::ffff:7f00:1]/", want: "is refused too"},
+		{url: "http://[::ffff:8.8.8.8]/", want: "IPv4-mapped IPv6 address ::ffff:8.8.8.8 is not allowed; write the IPv4 address 8.8.8.8 directly"},
 		{url: "http://[fe80::1%25eth0]/", want: "zones"},
 		{url: "http://[169.254.169.254]/", want: "not a valid IPv6 literal"},
 		{url: "http://169.254.169.254/latest/meta-data/", want: "metadata"},
@@ -162,7 +163,7 @@ func TestCheckURL(t *testing.T) {
 		{url: "http://127.0.0.1/", opts: Options{AllowCIDRs: prefixes(t, "127.0.0.1/32"), DenyHosts: []string{"127.0.0.1"}}, want: "denied"},
 		// Ambiguous forms stay refused even when their address is allowed.
 		{url: "http://2130706433/", opts: Options{AllowCIDRs: prefixes(t, "127.0.0.1/32")}, want: "ambiguous numeric"},
-		{url: "http://[::ffff:127.0.0.1]/", opts: Options{AllowCIDRs: prefixes(t, "127.0.0.1/32")}, want: "IPv4-mapped"},
+		{url: "http://[::ffff:127.0.0.1]/", opts: Options{AllowCIDRs: prefixes(t, "127.0.0.1/32")}, want: "write the IPv4 address 127.0.0.1 directly"},
 	}
 	for _, tt := range tests {
 		u, err := url.Parse(tt.url)
