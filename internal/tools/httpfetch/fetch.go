@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,7 +51,7 @@ func newFetcher(o Options) *fetcher {
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: 64 << 10,
 	}
-	f.client = &http.Client{Transport: tr, CheckRedirect: f.checkRedirect}
+	f.client = &http.Client{Transport: tr}
 	return f
 }
 
@@ -98,9 +99,13 @@ func (f *fetcher) dialContext(ctx context.Context, network, addr string) (net.Co
 	return nil, refusef("host %s resolves only to refused addresses: %s", host, strings.Join(refused, "; "))
 }
 
-// checkRedirect re-checks every redirect target, bounds the chain, and
-// drops credentials when the target changes host or leaves https.
-func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
+// checkRedirect re-checks every redirect target and bounds the chain.
+// When the target changes host (or port) or leaves https, it sends no
+// Referer (which may hold the URL's secrets) and none of the headers the
+// call set (set: their canonical names) but those in keptHeaders: the
+// credentials a model passes (Authorization, Cookie, X-Api-Key, …) are
+// for the URL's host only.
+func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request, set []string) error {
 	if len(via) > MaxRedirects {
 		return refusef("stopped after %d redirects (the next one pointed to %s); fetch the final URL directly if you know it", MaxRedirects, req.URL.Redacted())
 	}
@@ -109,11 +114,24 @@ func (f *fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
 	}
 	first := via[0].URL
 	if !strings.EqualFold(req.URL.Host, first.Host) || (first.Scheme == "https" && req.URL.Scheme != "https") {
+		req.Header.Del("Referer")
+		for _, h := range set {
+			if !slices.Contains(keptHeaders(), h) {
+				req.Header.Del(h)
+			}
+		}
+		// Not set by the call, but never for another host either.
 		for _, h := range []string{"Authorization", "Cookie", "Cookie2"} {
 			req.Header.Del(h)
 		}
 	}
 	return nil
+}
+
+// keptHeaders are the headers a call sets that a redirect to another host
+// still sends: they say what is wanted, and hold no secret.
+func keptHeaders() []string {
+	return []string{"Accept", "Accept-Language", "Content-Language", "Content-Type", "Range"}
 }
 
 // args are the tools' arguments.
@@ -134,7 +152,7 @@ func (f *fetcher) schema(method string) json.RawMessage {
 			"examples":    []string{"https://example.com/"}},
 		"headers": m{"type": "object", "maxProperties": 32,
 			"description": "Request headers, name to value. Not allowed: " + headerList(f.refused) +
-				". Authorization and Cookie are sent to the URL's host only and dropped when a redirect changes host or leaves https.",
+				". Only the URL's host gets them: a redirect that changes host or leaves https drops all but " + strings.Join(keptHeaders(), ", ") + " (and sends no Referer).",
 			"propertyNames":        m{"pattern": "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$", "maxLength": 128},
 			"additionalProperties": m{"type": "string", "maxLength": 8192}},
 		"timeoutMs": m{"type": "integer", "minimum": 100, "maximum": f.o.Timeout.Milliseconds(),
@@ -164,19 +182,6 @@ func refusedError(r *refusal) *registry.Error {
 
 // countBound bounds how much of a cut body is read to count (and keep) it.
 const countBound = 256 << 20
-
-// readRest reads the rest of a body cut at limit (read holds what was
-// read, limit+1 bytes) to count it, within the request's deadline (which
-// ends the body) and countBound, spilling it all when the service keeps
-// cut outputs. It returns the body's size and the note that says so.
-func readRest(ctx context.Context, req *registry.Request, read []byte, body io.Reader, limit int64) (int64, string) {
-	total, exact, spill := req.CountRest(ctx, "body", read, body, countBound)
-	marker := registry.CutMarker(total-limit, total, req.CallID, "body", limit, spill)
-	if !exact {
-		marker = fmt.Sprintf("[the body is at least %d bytes; counting stopped there] ", total) + marker
-	}
-	return total, fmt.Sprintf("body cut at maxBytes=%d %s", limit, marker)
-}
 
 func (f *fetcher) run(ctx context.Context, method string, req *registry.Request) (any, error) {
 	var a args
@@ -234,7 +239,13 @@ func (f *fetcher) run(ctx context.Context, method string, req *registry.Request)
 	if f.o.Propagator != nil {
 		f.o.Propagator.Inject(ctx, propagation.HeaderCarrier(hreq.Header))
 	}
-	resp, err := f.client.Do(hreq)
+	set := make([]string, 0, len(a.Headers))
+	for name := range a.Headers {
+		set = append(set, http.CanonicalHeaderKey(name))
+	}
+	client := *f.client // shares the transport
+	client.CheckRedirect = func(req *http.Request, via []*http.Request) error { return f.checkRedirect(req, via, set) }
+	resp, err := client.Do(hreq)
 	if err != nil {
 		return nil, f.requestError(ctx, rctx, hreq.URL, err, timeout, byArgs)
 	}
@@ -255,11 +266,14 @@ func (f *fetcher) run(ctx context.Context, method string, req *registry.Request)
 		FinalURL:    resp.Request.URL.Redacted(),
 	}
 	data := buf.Bytes()
+	whole := bodySize{total: int64(len(data)), exact: true}
 	if int64(len(data)) > limit {
-		out.TotalBytes, out.Note = readRest(ctx, req, data, resp.Body, limit)
+		// Count the rest within the call's deadline (the request's ends
+		// the body), keeping all of it when the service keeps cut outputs.
+		whole.total, whole.exact, whole.spill = req.CountRest(ctx, "body", data, resp.Body, countBound)
+		whole.counted, whole.maxBytes = true, limit
 		data = data[:limit]
 		out.Truncated = true
-		req.ReportTruncated(out.TotalBytes)
 	}
 	if rerr != nil {
 		out.Truncated = true
@@ -270,8 +284,11 @@ func (f *fetcher) run(ctx context.Context, method string, req *registry.Request)
 		out.addNote(fmt.Sprintf("reading the body stopped after %d bytes: %s", len(data), msg))
 	}
 	out.Bytes = len(data)
-	render(rctx, out, data, resp.Header.Get("Content-Encoding"), format, convertLimit(req.MaxOutputBytes))
-	out.fit(req.MaxOutputBytes)
+	reserve := noteRoom(req.CallID, req.MaxOutputBytes)
+	render(rctx, out, data, resp.Header.Get("Content-Encoding"), format,
+		limits{html: convertLimit(req.MaxOutputBytes), output: req.MaxOutputBytes, reserve: reserve})
+	out.fit(req.MaxOutputBytes, reserve)
+	out.finish(ctx, req, whole)
 	return out, nil
 }
 

@@ -18,11 +18,14 @@
 //     NAT64 and 6to4 addresses that embed a refused IPv4 address, Teredo,
 //     and cloud metadata addresses. AllowCIDRs opens ranges on purpose.
 //   - No proxy from the environment, no cookie jar, at most five
-//     redirects, each re-checked; credentials are dropped when a redirect
-//     changes host or leaves https.
+//     redirects, each re-checked; when a redirect changes host or leaves
+//     https, the Referer and the headers the call set (credentials above
+//     all) are dropped, but for a few that hold no secret.
 //   - The body is bounded while it is read (after gzip decoding, so a
-//     compression bomb stops at the limit), and the output is fitted to
-//     the call's output limit with a truncation flag.
+//     compression bomb stops at the limit), HTML is converted to Markdown
+//     from a bounded start of it, and the output is fitted to the call's
+//     output limit with a truncation flag and a marker that says where
+//     what it shows stops.
 package httpfetch
 
 import (

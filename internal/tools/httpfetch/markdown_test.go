@@ -1,10 +1,15 @@
 package httpfetch
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/JohannesKaufmann/html-to-markdown/v2/converter"
+	"golang.org/x/net/html"
 )
 
 // quoteDepth returns the most quote markers ("> ") that begin a line of md.
@@ -63,10 +68,16 @@ func TestHTMLConversionIsBounded(t *testing.T) {
 		}
 		t.Logf("%s: %d-byte page, allocated %d MiB; note %q", tc.path, tc.size, alloc>>20, out.Note)
 	}
+	// The Markdown of the page's start is longer than the output limit,
+	// so it is made again from a shorter start, which it then shows whole.
 	out := mustOK(t)(call(t, Options{AllowCIDRs: allowLoopback()}, "http__get", map[string]any{"url": srv.URL + "/flat", "maxBytes": 4 << 20}, 16384))
-	want := fmt.Sprintf("Markdown made from the first %d of %d bytes of HTML", maxConvertBytes, len(flat))
-	if !out.Truncated || !strings.Contains(out.Note, want) {
-		t.Errorf("truncated %v, note %q; want it to say %q", out.Truncated, out.Note, want)
+	want := fmt.Sprintf("Markdown made from the first %d of %d bytes of HTML read", out.covered, len(flat))
+	if !out.Truncated || !strings.Contains(out.Note, want) || strings.Contains(out.Note, "cut to fit") || out.covered > 16384*2 || out.covered < 16384/2 {
+		t.Errorf("truncated %v, note %q; want it to say %q, and not that the Markdown was cut", out.Truncated, out.Note, want)
+	}
+	whole := (out.covered - len("<html><body>")) / len("<p>A paragraph.</p>\n")
+	if md := out.Body.(string); strings.Count(md, "A paragraph.") != whole {
+		t.Errorf("the Markdown has %d paragraphs; want the %d whole ones of the first %d bytes", strings.Count(md, "A paragraph."), whole, out.covered)
 	}
 }
 
@@ -83,6 +94,13 @@ func TestCompactHTML(t *testing.T) {
 		{"text cut between characters", "<p>" + strings.Repeat("é", 100), 10, "<p>ééé", 9},
 		{"nesting bounded", deep, 1 << 20, strings.Repeat("<div>", maxTagDepth) + "x" + strings.Repeat("</div>", maxTagDepth), -1},
 		{"implied ends", strings.Repeat("<ul><li>a<li>b<p>c<p>d</ul>", 100), 1 << 20, strings.Repeat("<ul><li>a<li>b<p>c<p>d</ul>", 100), -1},
+		{"formatting ended with its block", "<p><b>a<i>b</p><p>c<ul><li><em>d<li>e</ul><div><u>f</div>", 1 << 20,
+			"<p><b>a<i>b</i></b></p><p>c<ul><li><em>d</em><li>e</ul><div><u>f</u></div>", -1},
+		{"formatting ended by a block start", "<p><b>a<div>b</div><h1><i>c<h2>d", 1 << 20, "<p><b>a</b><div>b</div><h1><i>c<h2>d", -1},
+		{"formatting bounded", "<p>" + strings.Repeat("<b>", maxFormatting+4) + "x</p>", 1 << 20,
+			"<p>" + strings.Repeat("<b>", maxFormatting) + "x" + strings.Repeat("</b>", maxFormatting) + "</p>", -1},
+		{"an <a> ends the one open", `<a href="1">x<a href="2">y`, 1 << 20, `<a href="1">x</a><a href="2">y`, -1},
+		{"end tags fit in the limit", "<p><b>aaaa</p><p>bbbb</p>", 12, "<p><b>aaaa", 10},
 	} {
 		got, covered := compactHTML(tc.in, tc.limit)
 		if tc.covered < 0 {
@@ -124,5 +142,154 @@ func TestDeepJSON(t *testing.T) {
 	}
 	if jsonDepth([]byte(`{"a": "[[[\"]]", "b": [[1]]}`)) != 3 {
 		t.Error("jsonDepth counts brackets inside strings")
+	}
+}
+
+// afePage is the page of the probe that built 7.2 million elements from
+// 125 KB: 480 formatting elements left open, each with its own attribute
+// (so the parser's limit of three alike does not apply), in 8 paragraphs,
+// then 15,000 paragraphs with text, in each of which the parser
+// re-created all of them.
+func afePage() string {
+	var b strings.Builder
+	for j := range 8 {
+		b.WriteString("<p>")
+		for i := range 60 {
+			fmt.Fprintf(&b, "<b id=%d>", j*60+i)
+		}
+		b.WriteString("</p>")
+	}
+	b.WriteString(strings.Repeat("<p>x</p>", 15000))
+	return b.String()
+}
+
+// elements counts the nodes of the tree n.
+func elements(n *html.Node) int {
+	count := 1
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		count += elements(c)
+	}
+	return count
+}
+
+// openBold is n <b> tags with distinct attributes, never closed.
+func openBold(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "<b id=%d>", i)
+	}
+	return b.String()
+}
+
+// TestFormattingElementsLeftOpenAreBounded: formatting elements left
+// open are closed where their block ends, and at most maxFormatting are
+// open at once, so the parser builds about as many elements as the markup
+// spells, not one copy of every open formatting element per block. The
+// test counts the elements the parser builds and the bytes a call
+// allocates, not time.
+func TestFormattingElementsLeftOpenAreBounded(t *testing.T) {
+	fill := func(s string) string { return strings.Repeat(s, 200000/len(s)) }
+	for _, tc := range []struct{ name, page string }{
+		{"probe", afePage()},
+		{"paragraph ended by </p>", "<p>" + openBold(60) + "</p>" + fill("<p>x</p>")},
+		{"paragraph ended by <p>", "<p>" + openBold(60) + fill("<p>x</p>")},
+		{"paragraph ended by <div>", "<p>" + openBold(60) + fill("<div>x</div>")},
+		{"list item ended by <li>", "<ul><li>" + openBold(60) + fill("<li>x</li>")},
+		{"definition ended by <dt>", "<dl><dd>" + openBold(60) + fill("<dt>x")},
+		{"open at the top", openBold(60) + fill("<p>x</p>")},
+		{"in every paragraph", fill("<p><b id=1><i id=2><u id=3><s id=4><em id=5><strong id=6>x")},
+		{"font before every paragraph", fill(`<font face="a"><p>x`)},
+		{"links never closed", fill(`<a href="/x">y`)},
+	} {
+		compact, _ := compactHTML(tc.page, maxConvertBytes)
+		doc, err := html.Parse(strings.NewReader(compact))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		// Dense markup builds one element for every two bytes at most
+		// (<p>a<p>a…); the probe's page built 58 for each of its bytes.
+		if n := elements(doc); n > len(compact)/2 {
+			t.Errorf("%s: the parser built %d elements from %d bytes", tc.name, n, len(compact))
+		}
+	}
+	srv, _ := serve(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, afePage())
+	}))
+	var out *output
+	alloc := allocDuring(func() {
+		out = mustOK(t)(call(t, Options{AllowCIDRs: allowLoopback()}, "http__get", map[string]any{"url": srv.URL}, 0))
+	})
+	body, _ := out.Body.(string)
+	if out.Format != "markdown" || !strings.Contains(body, "x\n\nx") || alloc > 64<<20 {
+		t.Errorf("format %s, note %q, body %.100q, allocated %d MiB", out.Format, out.Note, body, alloc>>20)
+	}
+	t.Logf("the probe's page: allocated %d MiB", alloc>>20)
+}
+
+// TestConversionElementBudget: HTML that still makes the parser build
+// more elements than it has bytes is returned as text, not converted. In a
+// table, text outside the cells re-creates the formatting elements left
+// open before every cell, which compactHTML does not follow.
+func TestConversionElementBudget(t *testing.T) {
+	page := "<!DOCTYPE html><table>" + openBold(maxFormatting) + "<tr>" + strings.Repeat("x<td></td>", 20000)
+	out := &output{}
+	var ok bool
+	alloc := allocDuring(func() { _, _, ok = convertHTML(context.Background(), out, page, maxConvertBytes, 0) })
+	if ok || !strings.Contains(out.Note, "too many to convert to Markdown") || alloc > 64<<20 {
+		t.Errorf("converted %v, note %q, allocated %d MiB", ok, out.Note, alloc>>20)
+	}
+	doc, err := html.Parse(strings.NewReader(strings.Repeat("<p>x", 1000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countNodes(doc, 1<<30); n != 2004 {
+		t.Errorf("countNodes = %d, want 2004 (document, html, head, body, 1000 × p and text)", n)
+	}
+	if n := countNodes(doc, 100); n <= 100 || n > 200 {
+		t.Errorf("countNodes stopping past 100 = %d", n)
+	}
+}
+
+// cancelAfter is a context whose Err reports it ended after n calls, to
+// end it in the middle of a conversion.
+type cancelAfter struct {
+	context.Context
+	n atomic.Int64
+}
+
+func (c *cancelAfter) Err() error {
+	if c.n.Add(-1) < 0 {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// TestConversionStopsAtTheDeadline: the converter renders nothing more
+// once the call's context has ended, and the result is not used.
+func TestConversionStopsAtTheDeadline(t *testing.T) {
+	doc, err := html.Parse(strings.NewReader("<h1>Title</h1>" + strings.Repeat("<p>para</p>", 1000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := newConverter().ConvertNode(doc)
+	if err != nil || !strings.Contains(string(full), "# Title") {
+		t.Fatalf("converted %.100q, %v", full, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if md, err := newConverter().ConvertNode(doc, converter.WithContext(ctx)); err != nil || len(md) != 0 {
+		t.Errorf("converted %d bytes after the context ended (err %v)", len(md), err)
+	}
+	cctx := &cancelAfter{Context: context.Background()}
+	cctx.n.Store(100)
+	if md, err := newConverter().ConvertNode(doc, converter.WithContext(cctx)); err != nil || len(md) >= len(full)/10 {
+		t.Errorf("converted %d of %d bytes when the context ended early on (err %v)", len(md), len(full), err)
+	}
+	cctx.n.Store(100)
+	out := &output{}
+	if md, _, ok := convertHTML(cctx, out, strings.Repeat("<p>para</p>", 10000), maxConvertBytes, 0); ok || md != "" ||
+		!strings.Contains(out.Note, "timeout expired while the HTML was converted") {
+		t.Errorf("converted %v, note %q", ok, out.Note)
 	}
 }
