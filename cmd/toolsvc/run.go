@@ -257,6 +257,7 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager, workers *worker
 	var tools []*registry.Tool
 	tools = append(tools, fs.Tools(fs.Options{
 		Workspace: ws, MaxReadBytes: cfg.FSMaxReadBytes, MaxWriteBytes: cfg.FSMaxWriteBytes, MaxSearchBytes: cfg.FSMaxSearchBytes,
+		MaxRequestBytes: cfg.MaxRequestBytes,
 	})...)
 	if a.workers = workers; workers == nil {
 		if a.workers, err = newWorkers(cfg, log); err != nil {

@@ -52,6 +52,10 @@ type Options struct {
 	// MaxWriteBytes bounds the content of one fs__write and the size of a
 	// file fs__edit will change (default 4 MiB).
 	MaxWriteBytes int64
+	// MaxRequestBytes is the service's limit on a request's body, which
+	// fs__write's description gives when it is less than MaxWriteBytes: no
+	// content larger than it arrives in one call. 0: not said.
+	MaxRequestBytes int64
 	// MaxListEntries bounds the entries one fs__list returns (default 1000).
 	MaxListEntries int
 	// MaxSearchMatches bounds the matches one fs__search returns (default 200).

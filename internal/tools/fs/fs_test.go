@@ -715,3 +715,29 @@ func TestDanglingLinkSaysSo(t *testing.T) {
 	e.ok("", "fs__delete", map[string]any{"path": "dl"}, nil)
 	e.ok("", "fs__write", map[string]any{"path": "dl", "content": "x", "mode": "create"}, nil)
 }
+
+// TestWriteDescriptionGivesTheRequestLimit: a model following "at most 4
+// MiB per call" against a service taking 1 MiB requests got a 413 it could
+// not act on; the description says what fits and how to write more.
+func TestWriteDescriptionGivesTheRequestLimit(t *testing.T) {
+	ws, err := workspace.New(t.TempDir(), workspace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	describe := func(o Options) string {
+		o.Workspace = ws
+		for _, tool := range Tools(o) {
+			if tool.Name == "fs__write" {
+				return tool.Description
+			}
+		}
+		t.Fatal("no fs__write")
+		return ""
+	}
+	if d := describe(Options{MaxWriteBytes: 4 << 20, MaxRequestBytes: 1 << 20}); !strings.Contains(d, "a call's whole request is at most 1048576 bytes") || !strings.Contains(d, `the rest with "append"`) || strings.Contains(d, "4194304") {
+		t.Errorf("with a 1 MiB request limit: %s", d)
+	}
+	if d := describe(Options{MaxWriteBytes: 1 << 20, MaxRequestBytes: 8 << 20}); !strings.Contains(d, "at most 1048576 bytes per call") {
+		t.Errorf("with a larger request limit: %s", d)
+	}
+}

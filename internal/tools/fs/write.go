@@ -32,9 +32,13 @@ type writeResult struct {
 }
 
 func (t *tools) writeTool() *registry.Tool {
+	perCall := fmt.Sprintf("at most %d bytes per call", t.o.MaxWriteBytes)
+	if r := t.o.MaxRequestBytes; r > 0 && r < t.o.MaxWriteBytes {
+		perCall = fmt.Sprintf("a call's whole request is at most %d bytes, so write a larger file in parts: the first with mode \"overwrite\", the rest with \"append\"", r)
+	}
 	desc := fmt.Sprintf(`Write a file in the workspace, creating missing parent directories. %s
-mode "overwrite" (default) replaces the file or creates it, "append" adds to its end or creates it, "create" creates it and fails if it already exists. content is text, or base64 with encoding "base64" for binary data; at most %d bytes per call. To change part of an existing text file, prefer fs__edit.`,
-		pathRules, t.o.MaxWriteBytes)
+mode "overwrite" (default) replaces the file or creates it, "append" adds to its end or creates it, "create" creates it and fails if it already exists. content is text, or base64 with encoding "base64" for binary data; %s. To change part of an existing text file, prefer fs__edit.`,
+		pathRules, perCall)
 	schema := fmt.Sprintf(`{
   "type": "object",
   "additionalProperties": false,
