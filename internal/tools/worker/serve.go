@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
@@ -72,17 +73,61 @@ func Serve(args []string, tools []*registry.Tool, in io.Reader, out io.Writer) e
 
 // answer runs one request and encodes its response.
 func answer(byName map[string]registry.Handler, b []byte) []byte {
-	msg, err := json.Marshal(serveOne(byName, b))
+	msg, err := encode(serveOne(byName, b))
 	if err != nil {
 		// The output was encoded, but reads back deeper than json allows.
-		msg, _ = json.Marshal(response{Error: unencodable(err)})
+		msg, _ = encode(&response{Error: unencodable(err)})
 	}
 	return msg
+}
+
+// encode writes a response as the executor writes outputs, without
+// escaping <, > and &: json.Marshal would escape them again in the
+// output, which is already encoded, and a text of angle brackets would
+// cost six times its size in the output limit.
+func encode(res *response) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(res); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
+
+// maxMessage is the most of an error message a worker returns, in bytes:
+// the service keeps no more than TOOLSVC_ERROR_MESSAGE_LIMIT characters
+// of it (1000 by default), and a message of many megabytes, such as a jq program's
+// error("x" * 20000000), would otherwise be refused as an output larger
+// than a confined tool may return.
+const maxMessage = 64 << 10
+
+// clipMessage cuts s to about maxMessage bytes, keeping its beginning and
+// its end around a mark of what was left out.
+func clipMessage(s string) string {
+	if len(s) <= maxMessage {
+		return s
+	}
+	head := registry.Clip(s, maxMessage/4)
+	tail := s[len(s)-maxMessage/2:]
+	for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
+		tail = tail[1:]
+	}
+	omitted := utf8.RuneCountInString(s[len(head) : len(s)-len(tail)])
+	return fmt.Sprintf("%s … [%d characters omitted] … %s", head, omitted, tail)
 }
 
 // serveOne runs one request; a panic in the handler is its failure, not
 // the worker's.
 func serveOne(byName map[string]registry.Handler, b []byte) (res *response) {
+	defer func() {
+		if res.Error != nil {
+			e := *res.Error
+			e.Message = clipMessage(e.Message)
+			res.Error = &e
+		}
+		res.Failure = clipMessage(res.Failure)
+	}()
 	var req request
 	if err := json.Unmarshal(b, &req); err != nil {
 		return &response{Failure: "worker: bad request: " + err.Error()}
