@@ -66,7 +66,7 @@ const schema = `{
     "separator": {"type": "string", "maxLength": 1000, "description": "split, join: the separator (split default: newline; join default: empty)."},
     "parts": {"type": "array", "maxItems": 100000, "items": {"type": "string"}, "description": "join: the strings to join."},
     "algorithm": {"type": "string", "enum": ["md5", "sha1", "sha256", "sha512"], "description": "hash: the digest to compute (default sha256)."},
-    "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "regex_find, split: at most this many results (default 1000)."}
+    "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "regex_find, split: at most this many results (default 1000); note says when there were more."}
   },
   "allOf": [
     {"if": {"properties": {"operation": {"const": "join"}}}, "then": {"required": ["parts"]}, "else": {"required": ["text"]}},
@@ -102,6 +102,8 @@ type args struct {
 
 type result struct {
 	Result any `json:"result"`
+	// Note says the result stopped at limit.
+	Note string `json:"note,omitempty"`
 }
 
 func run(_ context.Context, req *registry.Request) (any, error) {
@@ -121,13 +123,13 @@ func run(_ context.Context, req *registry.Request) (any, error) {
 	}
 	switch a.Operation {
 	case "upper":
-		return result{strings.ToUpper(text)}, nil
+		return result{Result: strings.ToUpper(text)}, nil
 	case "lower":
-		return result{strings.ToLower(text)}, nil
+		return result{Result: strings.ToLower(text)}, nil
 	case "title":
-		return result{title(text)}, nil
+		return result{Result: title(text)}, nil
 	case "trim":
-		return result{strings.TrimSpace(text)}, nil
+		return result{Result: strings.TrimSpace(text)}, nil
 	case "replace":
 		if a.Find == "" {
 			return nil, missing(a.Operation, "find")
@@ -146,19 +148,19 @@ func run(_ context.Context, req *registry.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return result{re.ReplaceAllString(text, a.Replacement)}, nil
+		return result{Result: re.ReplaceAllString(text, a.Replacement)}, nil
 	case "regex_find":
 		re, err := compile(a.Pattern, a.Operation)
 		if err != nil {
 			return nil, err
 		}
-		return result{findAll(re, text, a.Limit)}, nil
+		return findAll(re, text, a.Limit), nil
 	case "split":
 		sep := "\n"
 		if a.Separator != nil {
 			sep = *a.Separator
 		}
-		return result{strings.SplitN(text, sep, a.Limit)}, nil
+		return split(text, sep, a.Limit), nil
 	case "join":
 		if a.Parts == nil {
 			return nil, missing(a.Operation, "parts")
@@ -167,15 +169,15 @@ func run(_ context.Context, req *registry.Request) (any, error) {
 		if a.Separator != nil {
 			sep = *a.Separator
 		}
-		return result{strings.Join(a.Parts, sep)}, nil
+		return result{Result: strings.Join(a.Parts, sep)}, nil
 	case "base64_encode":
-		return result{base64.StdEncoding.EncodeToString([]byte(text))}, nil
+		return result{Result: base64.StdEncoding.EncodeToString([]byte(text))}, nil
 	case "base64_decode":
 		return decodeBase64(text)
 	case "hash":
-		return result{digest(a.Algorithm, text)}, nil
+		return result{Result: digest(a.Algorithm, text)}, nil
 	case "count":
-		return result{map[string]int{
+		return result{Result: map[string]int{
 			"characters": utf8.RuneCountInString(text),
 			"bytes":      len(text),
 			"words":      len(strings.Fields(text)),
@@ -210,10 +212,23 @@ type match struct {
 	Groups []string `json:"groups,omitempty"`
 }
 
-func findAll(re *regexp.Regexp, text string, limit int) []match {
+// findAll returns the first limit matches of re in text, with a note
+// when there are more.
+func findAll(re *regexp.Regexp, text string, limit int) result {
 	out := []match{}
-	for _, loc := range re.FindAllStringSubmatchIndex(text, limit) {
-		m := match{Match: text[loc[0]:loc[1]], Index: utf8.RuneCountInString(text[:loc[0]])}
+	locs := re.FindAllStringSubmatchIndex(text, limit+1)
+	res := result{}
+	if len(locs) > limit {
+		locs = locs[:limit]
+		res.Note = fmt.Sprintf("stopped at limit: these are the first %d matches, and there are more after the last one (raise limit, at most 10000, or search the text after it)", limit)
+	}
+	// Characters are counted on from the last match: counting each
+	// match's index from the start took time quadratic in the matches.
+	at, index := 0, 0
+	for _, loc := range locs {
+		index += utf8.RuneCountInString(text[at:loc[0]])
+		at = loc[0]
+		m := match{Match: text[loc[0]:loc[1]], Index: index}
 		for g := 2; g+1 < len(loc); g += 2 {
 			if loc[g] < 0 {
 				m.Groups = append(m.Groups, "")
@@ -223,7 +238,22 @@ func findAll(re *regexp.Regexp, text string, limit int) []match {
 		}
 		out = append(out, m)
 	}
-	return out
+	res.Result = out
+	return res
+}
+
+// split splits text at sep into at most limit parts, with a note when
+// the text goes on after them.
+func split(text, sep string, limit int) result {
+	parts := strings.SplitN(text, sep, limit+1)
+	if len(parts) <= limit {
+		return result{Result: parts}
+	}
+	// The last part is the unsplit rest.
+	rest := len(text) - len(parts[limit])
+	return result{Result: parts[:limit], Note: fmt.Sprintf(
+		"stopped at limit: these are the first %d parts, and the text from character %d on was left out (raise limit, at most 10000, or split that rest)",
+		limit, utf8.RuneCountInString(text[:rest]))}
 }
 
 func decodeBase64(text string) (any, error) {
@@ -236,7 +266,7 @@ func decodeBase64(text string) (any, error) {
 		if !utf8.Valid(b) {
 			return map[string]any{"result": hex.EncodeToString(b), "encoding": "hex", "note": "the decoded bytes are not UTF-8 text, so they are shown as hex"}, nil
 		}
-		return result{string(b)}, nil
+		return result{Result: string(b)}, nil
 	}
 	return nil, &registry.Error{Code: registry.CodeInvalidArguments, Message: "text is not valid base64 (standard or URL alphabet, padded or not)"}
 }

@@ -34,7 +34,7 @@ func TestTransform(t *testing.T) {
 		{`{"operation":"replace","text":"a-b-c","find":"-","replacement":"+"}`, `{"replacements":2,"result":"a+b+c"}`},
 		{`{"operation":"regex_replace","text":"2024-01-31","pattern":"(\\d+)-(\\d+)-(\\d+)","replacement":"$3/$2/$1"}`, `{"result":"31/01/2024"}`},
 		{`{"operation":"regex_find","text":"a1 b22","pattern":"([a-z])(\\d+)"}`, `{"result":[{"match":"a1","index":0,"groups":["a","1"]},{"match":"b22","index":3,"groups":["b","22"]}]}`},
-		{`{"operation":"split","text":"a,b,c","separator":",","limit":2}`, `{"result":["a","b,c"]}`},
+		{`{"operation":"split","text":"a,b,c","separator":",","limit":3}`, `{"result":["a","b","c"]}`},
 		{`{"operation":"join","parts":["a","b"],"separator":"/"}`, `{"result":"a/b"}`},
 		{`{"operation":"base64_encode","text":"hi?"}`, `{"result":"aGk/"}`},
 		{`{"operation":"base64_decode","text":"aGk_"}`, `{"result":"hi?"}`},
