@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -248,10 +249,10 @@ func (p *parser) parseCSV(a parseArgs, c *collector) error {
 	}
 	if a.Delimiter != nil {
 		d, size := utf8.DecodeRuneInString(*a.Delimiter)
-		if size != len(*a.Delimiter) || d == '"' || d == '\r' || d == '\n' || d == utf8.RuneError {
+		if size != len(*a.Delimiter) || d == 0 || d == '"' || d == '\r' || d == '\n' || d == utf8.RuneError {
 			return &registry.Error{Code: registry.CodeInvalidArguments,
 				Message:    fmt.Sprintf("delimiter %q cannot separate fields", *a.Delimiter),
-				Suggestion: `Use one character other than a double quote or a line break, e.g. "," ";" "|" or a tab.`}
+				Suggestion: `Use one character other than a double quote, a line break or NUL, e.g. "," ";" "|" or a tab.`}
 		}
 		r.Comma = d
 	}
@@ -301,7 +302,9 @@ func delimiterHint(format string, a parseArgs) string {
 func csvError(format string, err error) error {
 	var pe *csv.ParseError
 	if !errors.As(err, &pe) {
-		return registry.ToolError(fmt.Sprintf("%s: %v", format, err), "")
+		// encoding/csv's own errors begin with "csv: ".
+		return registry.ToolError(fmt.Sprintf("%s: %s", format, strings.TrimPrefix(err.Error(), "csv: ")),
+			`Check the delimiter: one character other than a double quote, a line break or NUL, e.g. "," ";" "|" or a tab.`)
 	}
 	hint := "Fix the input at that place."
 	switch {
@@ -387,13 +390,12 @@ func parseJSONL(text string, c *collector) error {
 			if ierr := interoperableRows(all, line-1, array); ierr != nil {
 				return ierr
 			}
-			msg := cerr.Error()
-			var se *json.SyntaxError
-			if errors.As(cerr, &se) {
-				msg = fmt.Sprintf("column %d: %v", se.Offset, cerr)
+			msg, r := syntaxError([]byte(l))
+			hint := "Each line must hold exactly one complete JSON value (an object such as {\"a\": 1}); a value cannot span lines."
+			if strings.ContainsRune("“”„‘’‚«»", r) {
+				hint = "Write JSON strings in straight double quotes (\"), not typographic quotes such as “ ” or ‘ ’. " + hint
 			}
-			return registry.ToolError(fmt.Sprintf("jsonl: line %d: invalid JSON: %s", line, msg),
-				"Each line must hold exactly one complete JSON value (an object such as {\"a\": 1}); a value cannot span lines.")
+			return registry.ToolError(fmt.Sprintf("jsonl: line %d: invalid JSON: %s", line, msg), hint)
 		}
 		if len(array) > 1 {
 			array = append(array, ',')
@@ -405,6 +407,48 @@ func parseJSONL(text string, c *collector) error {
 		return ierr
 	}
 	return err
+}
+
+// syntaxError says where the JSON text b, which is not valid, goes wrong:
+// the column (in characters, from 1) and the whole character there, which
+// encoding/json names by its first byte only ('â' for “). json.Compact
+// reports no offset; json.Unmarshal, run again here, does. It also
+// returns the character (0 at the end of the text).
+func syntaxError(b []byte) (string, rune) {
+	var raw json.RawMessage
+	err := json.Unmarshal(b, &raw)
+	var se *json.SyntaxError
+	if !errors.As(err, &se) {
+		return fmt.Sprint(err), 0
+	}
+	at := min(max(int(se.Offset)-1, 0), len(b))
+	if strings.HasPrefix(se.Error(), "unexpected end") {
+		at = len(b)
+	}
+	col := utf8.RuneCount(b[:at]) + 1
+	msg := se.Error()
+	var r rune
+	if at < len(b) {
+		r, _ = utf8.DecodeRune(b[at:])
+		// Name the character, not its first byte.
+		if c := "invalid character " + quoteByte(b[at]); strings.HasPrefix(msg, c) {
+			msg = "invalid character " + strconv.QuoteRune(r) + msg[len(c):]
+		}
+	}
+	return fmt.Sprintf("column %d: %s", col, msg), r
+}
+
+// quoteByte is how encoding/json quotes the byte it names in a syntax
+// error.
+func quoteByte(c byte) string {
+	switch c {
+	case '\'':
+		return `'\''`
+	case '"':
+		return `'"'`
+	}
+	s := strconv.Quote(string(rune(c)))
+	return "'" + s[1:len(s)-1] + "'"
 }
 
 // interoperableRows checks that the rows on the first lines of text, held
