@@ -8,6 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/itchyny/gojq"
 
@@ -76,6 +80,13 @@ func run(ctx context.Context, req *registry.Request) (any, error) {
 	if err != nil {
 		return nil, invalid("inputText is not valid JSON: "+err.Error(), "Pass the data as `input` (a JSON value) instead of text.")
 	}
+	if a.InputText != nil {
+		// The bar the service sets for input, which it checks itself.
+		if err := registry.Interoperable(raw); err != nil {
+			return nil, invalid("inputText is not interoperable JSON (RFC 7493): "+err.Error(),
+				`Give each member name once per object, keep numbers within a 64-bit float's range (quote larger ones as strings) and escape only whole surrogate pairs (\ud83d\ude00, not a lone \ud800).`)
+		}
+	}
 	query, err := gojq.Parse(a.Program)
 	if err != nil {
 		return nil, invalid("program is not valid jq: "+err.Error(), "Check quoting and brackets; jq field access looks like .name or .[\"odd key\"].")
@@ -99,7 +110,7 @@ func run(ctx context.Context, req *registry.Request) (any, error) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, registry.ToolError("jq: "+err.Error(), "Guard optional fields with `?` or `// default`, and check the types the program expects.")
+			return nil, registry.ToolError("jq: "+err.Error(), hint(err))
 		}
 		results = append(results, v)
 		if len(results) == a.MaxResults {
@@ -109,18 +120,79 @@ func run(ctx context.Context, req *registry.Request) (any, error) {
 	return map[string]any{"results": results, "count": len(results)}, nil
 }
 
+// hint says what to do about a jq program's runtime error.
+func hint(err error) string {
+	var raised gojq.ValueError
+	msg := err.Error()
+	switch {
+	case errors.As(err, &raised):
+		return "The program raised this error itself (error/1): catch it with `try … catch …`, or change the input or condition that raises it."
+	case strings.Contains(msg, "regular expression"):
+		return "test, match, capture, scan, splits, sub and gsub take Go RE2 regular expressions: no look-around or back-references, " +
+			`and inside a jq string a backslash is written twice ("\\d+"); the flags are g, i and m.`
+	case strings.Contains(msg, "too large"):
+		return "The program builds a value larger than jq allows: repeat a string fewer times, or index within the array's length."
+	case strings.HasPrefix(msg, "cannot divide"), strings.HasPrefix(msg, "cannot modulo"):
+		return "Guard against a zero divisor, e.g. `if $d == 0 then null else $n / $d end`."
+	}
+	return "Guard optional fields with `?` or `// default`, and check the types the program expects (`type` shows them)."
+}
+
 // decode reads JSON keeping numbers exact (gojq accepts json.Number).
 func decode(b []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, err
+		return nil, syntaxError(b, err)
 	}
-	if dec.More() {
-		return nil, errors.New("more than one JSON value")
+	end := int(dec.InputOffset())
+	if rest := bytes.TrimLeft(b[end:], " \t\r\n"); len(rest) > 0 {
+		return nil, fmt.Errorf("%s: text after the JSON value: %s", position(b, len(b)-len(rest)), registry.Clip(string(rest), 20))
 	}
 	return v, nil
+}
+
+// syntaxError says where the text b goes wrong: the line and column (in
+// characters, from 1), and the whole character there, which encoding/json
+// names by its first byte only ('â' for “).
+func syntaxError(b []byte, err error) error {
+	var se *json.SyntaxError
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s: the text ends before the JSON value does", position(b, len(b)))
+	}
+	if !errors.As(err, &se) {
+		return err
+	}
+	at := min(max(int(se.Offset)-1, 0), len(b))
+	msg := se.Error()
+	if at < len(b) {
+		if c := "invalid character " + quoteByte(b[at]); strings.HasPrefix(msg, c) {
+			r, _ := utf8.DecodeRune(b[at:])
+			msg = "invalid character " + strconv.QuoteRune(r) + msg[len(c):]
+		}
+	}
+	return fmt.Errorf("%s: %s", position(b, at), msg)
+}
+
+// position names the line and column of byte offset at in b.
+func position(b []byte, at int) string {
+	line := bytes.Count(b[:at], []byte{'\n'}) + 1
+	col := utf8.RuneCount(b[bytes.LastIndexByte(b[:at], '\n')+1:at]) + 1
+	return fmt.Sprintf("line %d, column %d", line, col)
+}
+
+// quoteByte is how encoding/json quotes the byte it names in a syntax
+// error.
+func quoteByte(c byte) string {
+	switch c {
+	case '\'':
+		return `'\''`
+	case '"':
+		return `'"'`
+	}
+	s := strconv.Quote(string(rune(c)))
+	return "'" + s[1:len(s)-1] + "'"
 }
 
 func invalid(msg, suggestion string) *registry.Error {
