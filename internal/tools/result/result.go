@@ -64,7 +64,8 @@ func Tools(o Options) ([]*registry.Tool, *Binder) {
 			Description: "Read on in the full output of an earlier call whose result was cut (its output ends with or contains " +
 				"\"[output truncated: … read on with " + Name + " {…}]\"). Pass the toolCallId, stream and offset the marker gives; " +
 				"each call returns up to `limit` bytes from `offset` and the `nextOffset` to continue with, until `eof`. " +
-				"With `pattern` (a regular expression, RE2 syntax), it returns only the lines from `offset` on that match, with their offsets. " +
+				"With `pattern` (a regular expression, RE2 syntax), it returns only the lines from `offset` on that match, with their offsets; " +
+				"a line longer than `limit` (such as the one line of JSON of a cut structured output) comes as the text around each match in it, with the match's `matchOffset`. " +
 				"Only the output of your own calls, to tools you may use, can be read, and only for a limited time.",
 			Parameters:   json.RawMessage(fmt.Sprintf(schema, o.MaxLimit, defaultLimit)),
 			OutputSchema: json.RawMessage(outputSchema),
@@ -104,7 +105,10 @@ const outputSchema = `{
     "totalBytes": {"type": "integer", "minimum": 0, "description": "Size of the whole output."},
     "storedBytes": {"type": "integer", "minimum": 0, "description": "How much of it was kept (less when it was longer than the spill limit)."},
     "content": {"type": "string", "description": "The bytes read, when no pattern was given."},
-    "matches": {"type": "array", "items": {"type": "object", "required": ["offset", "line"], "properties": {"offset": {"type": "integer"}, "line": {"type": "string"}}}},
+    "matches": {"type": "array", "items": {"type": "object", "required": ["offset", "line"], "properties": {
+      "offset": {"type": "integer", "description": "Where line begins in the output."},
+      "line": {"type": "string", "description": "The matching line, or for a line longer than limit the text around the match."},
+      "matchOffset": {"type": "integer", "description": "Where the match begins, when line is only the text around it."}}}},
     "note": {"type": "string"}
   }
 }`
@@ -136,10 +140,15 @@ type Output struct {
 	Note        string  `json:"note,omitempty"`
 }
 
-// Match is one line that matched the pattern.
+// Match is one line that matched the pattern, or for a line longer
+// than the limit, the text around one match in it.
 type Match struct {
+	// Offset is where Line begins in the output.
 	Offset int64  `json:"offset"`
 	Line   string `json:"line"`
+	// MatchOffset is where the match begins, when Line is only the text
+	// around it.
+	MatchOffset *int64 `json:"matchOffset,omitempty"`
 }
 
 type tool struct {
@@ -242,49 +251,65 @@ func partialStart(b []byte) int {
 // timeout.
 const maxPiece = 64 << 10
 
+// maxSnippet is the most of a long line shown around one match in it.
+const maxSnippet = 1 << 10
+
+// window is how much of the output a filter reads at once.
+const window = 256 << 10
+
 // filter scans from a.Offset, line by line, for at most MaxScanBytes,
-// and returns the matching lines until they fill a.Limit.
+// and returns the matching lines until they fill a.Limit. A line longer
+// than a.Limit, such as the one line of JSON a cut structured output is,
+// is not returned whole: each match in it comes with the text around it
+// (snippet), where that begins, and where the match is.
 func (t *tool) filter(ctx context.Context, r Reader, req *registry.Request, a args, m *rematch.Matcher) (any, error) {
-	const window = 256 << 10
-	var info *registry.SpillInfo
-	matches := []Match{}
-	pos, used := a.Offset, 0
+	f := &filtering{ctx: ctx, r: r, req: req, a: a, m: m, matches: []Match{}, snip: min(a.Limit, maxSnippet)}
+	pos := a.Offset
 scan:
 	for scanned := 0; scanned < t.o.MaxScanBytes; {
-		in, data, err := r.ReadOutput(ctx, req.Caller, req.Catalog, a.ToolCallID, a.Stream, pos, window)
+		// The byte before pos says whether pos begins a line.
+		from := max(pos-1, 0)
+		in, data, err := r.ReadOutput(ctx, req.Caller, req.Catalog, a.ToolCallID, a.Stream, from, window+int(pos-from))
 		if err != nil {
 			return nil, readError(err)
 		}
-		info = in
+		f.info = in
+		lineStart := pos == 0
+		if pos > from && len(data) > 0 {
+			lineStart = data[0] == '\n'
+			data = data[1:]
+		}
 		if len(data) == 0 {
 			break
 		}
 		last := pos+int64(len(data)) >= in.StoredBytes
 		end := len(data)
 		if i := bytes.LastIndexByte(data, '\n'); !last && i >= 0 {
-			end = i + 1 // whole lines only; a line longer than the window is cut
+			end = i + 1 // whole lines only
+		} else if whole := len(registry.TrimPartialRune(data)); !last && whole > 0 {
+			end = whole // a line longer than the window goes on in the next one, from a character's start
 		}
 		for start := 0; start < end; {
-			stop := end
+			stop, ends := end, false
 			if i := bytes.IndexByte(data[start:end], '\n'); i >= 0 {
-				stop = start + i
+				stop, ends = start+i, true
+			} else if last && in.StoredBytes >= in.TotalBytes {
+				ends = true // the end of the output ends its last line
 			}
-			line := data[start:stop]
-			at, err := m.Find(line)
+			var part rematch.Part
+			if start > 0 || lineStart {
+				part |= rematch.Start
+			}
+			if ends {
+				part |= rematch.End
+			}
+			next, err := f.line(pos+int64(start), data[start:stop], part)
 			if err != nil {
 				return nil, err
 			}
-			if at >= 0 {
-				if used > 0 && used+len(line) > a.Limit {
-					pos += int64(start) // the next call starts at this line
-					break scan
-				}
-				l := line[:min(len(line), a.Limit)]
-				if len(line) > a.Limit {
-					l = registry.TrimPartialRune(l)
-				}
-				matches = append(matches, Match{Offset: pos + int64(start), Line: string(l)})
-				used += len(l)
+			if next >= 0 {
+				pos = next // the next call starts at the match that did not fit
+				break scan
 			}
 			start = stop + 1
 		}
@@ -294,12 +319,137 @@ scan:
 			break
 		}
 	}
-	res := output(info, a, pos)
-	res.Matches = matches
-	if !res.EOF && res.Note == "" {
-		res.Note = "the search stopped before the end; call again with offset set to nextOffset to search on"
+	res := output(f.info, a, pos)
+	res.Matches = f.matches
+	var notes []string
+	if f.cut {
+		notes = append(notes, fmt.Sprintf("a matching line longer than limit is shown as up to %d bytes around each match in it: offset is where the text shown begins, matchOffset where the match does", f.snip))
 	}
+	if !res.EOF {
+		notes = append(notes, "the search stopped before the end; call again with offset set to nextOffset to search on")
+	}
+	if res.Note != "" {
+		notes = append(notes, res.Note)
+	}
+	res.Note = strings.Join(notes, "; ")
 	return res, nil
+}
+
+// filtering is the state of one filtered read.
+type filtering struct {
+	ctx     context.Context
+	r       Reader
+	req     *registry.Request
+	a       args
+	m       *rematch.Matcher
+	info    *registry.SpillInfo
+	matches []Match
+	used    int
+	// snip is the most shown around a match in a long line; cut says
+	// some match was shown so.
+	snip int
+	cut  bool
+	// shown is where the text shown around the last match in a long line
+	// ends: the search of that line goes on from there.
+	shown int64
+}
+
+// line looks for the pattern in line, which begins at offset at and
+// holds the edges part of a line of the output. It returns the offset
+// of a match that did not fit, where the next call is to start, or -1.
+func (f *filtering) line(at int64, line []byte, part rematch.Part) (int64, error) {
+	if part == rematch.Whole && len(line) <= f.a.Limit {
+		hit, err := f.m.Find(line, part)
+		if err != nil || hit < 0 {
+			return -1, err
+		}
+		if f.used > 0 && f.used+len(line) > f.a.Limit {
+			return at, nil
+		}
+		f.matches = append(f.matches, Match{Offset: at, Line: string(line)})
+		f.used += len(line)
+		return -1, nil
+	}
+	for i := int(max(f.shown-at, 0)); i < len(line); {
+		p := part &^ rematch.Start
+		if i == 0 {
+			p = part
+		}
+		hit, err := f.m.Find(line[i:], p)
+		if err != nil || hit < 0 {
+			return -1, err
+		}
+		hitAt := at + int64(i+hit)
+		snip, snipAt, err := f.snippet(hitAt, at, line, part)
+		if err != nil {
+			return -1, err
+		}
+		if f.used > 0 && f.used+len(snip) > f.a.Limit {
+			return hitAt, nil
+		}
+		mo := hitAt
+		f.matches = append(f.matches, Match{Offset: snipAt, Line: string(snip), MatchOffset: &mo})
+		f.used += len(snip)
+		f.cut = true
+		// Matches in the text shown are not shown again.
+		_, size := utf8.DecodeRune(line[i+hit:])
+		f.shown = max(snipAt+int64(len(snip)), hitAt+int64(size))
+		i = int(f.shown - at)
+	}
+	return -1, nil
+}
+
+// snippet returns up to f.snip bytes of whole characters of the line
+// around the match at offset hit (a quarter of them before it) and where
+// they begin. line is the part of that line in the window, from offset
+// at; where it is not the whole line, the rest is read from the store.
+func (f *filtering) snippet(hit, at int64, line []byte, part rematch.Part) ([]byte, int64, error) {
+	lo, hi := int64(0), int64(-1) // the line's bounds, where known
+	if part&rematch.Start != 0 {
+		lo = at
+	}
+	if part&rematch.End != 0 {
+		hi = at + int64(len(line))
+	}
+	s := max(hit-int64(f.snip/4), lo)
+	e := s + int64(f.snip)
+	if hi >= 0 && e > hi {
+		e, s = hi, max(hi-int64(f.snip), lo)
+	}
+	// The match's first character is shown whole, even when limit is
+	// smaller.
+	e = max(e, hit+1)
+	var b []byte
+	if s >= at && e <= at+int64(len(line)) {
+		b = line[s-at : min(e+utf8.UTFMax, at+int64(len(line)))-at]
+	} else {
+		_, data, err := f.r.ReadOutput(f.ctx, f.req.Caller, f.req.Catalog, f.a.ToolCallID, f.a.Stream, s, int(e-s)+utf8.UTFMax)
+		if err != nil {
+			return nil, 0, readError(err)
+		}
+		b = data
+	}
+	h := int(hit - s)
+	if h > len(b) {
+		return nil, 0, fmt.Errorf("result__read: the output at offset %d ends before the match found there", hit)
+	}
+	// Other lines read with the snippet are not shown.
+	if i := bytes.LastIndexByte(b[:h], '\n'); i >= 0 {
+		b, s, h = b[i+1:], s+int64(i+1), h-(i+1)
+	}
+	if i := bytes.IndexByte(b[h:], '\n'); i >= 0 {
+		b = b[:h+i]
+	}
+	// Whole characters only: from the first that begins in it, to the
+	// last that ends within e (or the match's first one).
+	for h > 0 && !utf8.RuneStart(b[0]) {
+		b, s, h = b[1:], s+1, h-1
+	}
+	n := min(len(b), int(e-s))
+	if _, size := utf8.DecodeRune(b[h:]); n < h+size {
+		n = min(len(b), h+size)
+	}
+	return registry.TrimPartialRune(b[:n]), s, nil
 }
 
 func output(info *registry.SpillInfo, a args, next int64) Output {
