@@ -56,7 +56,7 @@ type searchResult struct {
 
 func (t *tools) searchTool() *registry.Tool {
 	desc := fmt.Sprintf(`Search the contents of workspace files for a regular expression (Go RE2 syntax: no look-around or back-references; use ignoreCase or "(?i)" for case-insensitive matching) and return the matching lines as {path, line, column, text}, in path order. %s
-Searches the files under path (default the whole workspace), optionally only those matching glob; binary files and symbolic links are skipped. Returns at most %d matches and reads at most %d bytes of content; lines longer than %d bytes are shown cut around the match. A line longer than 64 KiB (or, for a very complex pattern, a smaller piece) is searched in pieces, and a match across two pieces is not found. truncated and reason say when a limit ended the search — then narrow it with a deeper path, a glob or a more specific pattern.`,
+Searches the files under path (default the whole workspace), optionally only those matching glob; binary files, symbolic links and files it may not open are skipped (a path naming one such file fails, saying why). Returns at most %d matches, one per line (its first), and reads at most %d bytes of content; lines longer than %d bytes are shown cut around the match. A line longer than 64 KiB (or, for a very complex pattern, a smaller piece) is searched in pieces, and a match across two pieces is not found. truncated and reason say when a limit ended the search — then narrow it with a deeper path, a glob or a more specific pattern.`,
 		pathRules, t.o.MaxSearchMatches, t.o.MaxSearchBytes, maxMatchText)
 	schema := fmt.Sprintf(`{
   "type": "object",
@@ -129,10 +129,16 @@ func (t *tools) search(ctx context.Context, req *registry.Request) (any, error) 
 		return nil, fileError(rel, err)
 	}
 	if !fi.IsDir() {
+		// A search of one file that cannot be searched says why, where a
+		// search of a directory skips it.
+		if !fi.Mode().IsRegular() {
+			return nil, notRegular(rel, fi.Mode(), "fs__search searches regular files; name a text file or a directory.")
+		}
+		s.one = true
 		if err := s.file(rel); err != nil && !errors.Is(err, errStop) {
 			return nil, err
 		}
-		s.res.MatchCount = len(s.res.Matches)
+		s.finish()
 		return s.res, nil
 	}
 	w := &walker{ctx: ctx, root: root, limit: t.o.MaxScanEntries}
@@ -151,8 +157,22 @@ func (t *tools) search(ctx context.Context, req *registry.Request) (any, error) 
 	if w.deep > 0 && !s.res.Truncated {
 		s.res.Truncated, s.res.Reason = true, fmt.Sprintf("%d directories %d levels below %s were not searched; search one of them as path to see inside it", w.deep, maxWalkDepth, quoteShort(rel))
 	}
-	s.res.MatchCount = len(s.res.Matches)
+	s.finish()
 	return s.res, nil
+}
+
+// finish counts the matches and adds to the reason what was left out
+// for being too long to return.
+func (s *searcher) finish() {
+	s.res.MatchCount = len(s.res.Matches)
+	if s.tooLong == 0 {
+		return
+	}
+	reason := fmt.Sprintf("%d matching lines were left out: each is in a file whose path is longer than the %d bytes a path may have, or is alone more than the output limit", s.tooLong, MaxPathBytes)
+	if s.res.Truncated {
+		reason = s.res.Reason + "; " + reason
+	}
+	s.res.Truncated, s.res.Reason = true, reason
 }
 
 func unwrapRegexp(err error) error {
@@ -175,6 +195,13 @@ type searcher struct {
 	br       *bufio.Reader // reused from file to file
 	// match finds the pattern in a line, in pieces of bounded work.
 	match *rematch.Matcher
+	// one says the search is of one file, which fails with the reason
+	// when the file cannot be searched.
+	one bool
+	// tooLong counts the matches left out because no output could hold
+	// them (their path is longer than MaxPathBytes, or the match alone
+	// is longer than the output budget).
+	tooLong int
 }
 
 func (s *searcher) stop(reason string) error {
@@ -182,8 +209,18 @@ func (s *searcher) stop(reason string) error {
 	return errStop
 }
 
-// file searches one file. Files that cannot be opened are skipped: a
-// search is best effort over what it can read.
+// skip is the answer for a file that cannot be searched: nil, as a search
+// of a directory is best effort over what it can read, but err when the
+// search is of that one file.
+func (s *searcher) skip(err error) error {
+	if s.one {
+		return err
+	}
+	return nil
+}
+
+// file searches one file; a file that cannot be opened, is not a regular
+// file or is binary is skipped.
 func (s *searcher) file(rel string) error {
 	if err := s.ctx.Err(); err != nil {
 		return err
@@ -193,11 +230,13 @@ func (s *searcher) file(rel string) error {
 	}
 	f, err := s.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil
+		return s.skip(openError(s.root, rel, err, "fs__search searches regular files; name a text file or a directory."))
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil
+	if fi, err := f.Stat(); err != nil {
+		return s.skip(fileError(rel, err))
+	} else if !fi.Mode().IsRegular() {
+		return s.skip(notRegular(rel, fi.Mode(), "fs__search searches regular files; name a text file or a directory."))
 	}
 	counter := &countingReader{r: io.LimitReader(f, s.left)}
 	if s.br == nil {
@@ -211,36 +250,46 @@ func (s *searcher) file(rel string) error {
 		s.res.BytesScanned += counter.n
 	}()
 	if head, _ := br.Peek(sniffBytes); bytes.IndexByte(head, 0) >= 0 {
-		return nil
+		return s.skip(registry.ToolError(
+			fmt.Sprintf("%s is a binary file (it holds NUL bytes in its first %d bytes), and fs__search searches text only", quoteShort(rel), sniffBytes),
+			"Use fs__read, which returns a binary file's bytes base64-encoded."))
 	}
 	s.res.FilesScanned++
 	line, reads := 0, 0
-	continued := false
+	// A line longer than the reader's buffer comes in chunks: inLine is
+	// where the chunk begins in its line, and found says the line has
+	// matched already (a line is one match, at its first).
+	continued, inLine, found := false, 0, false
 	for {
 		reads++
 		chunk, err := br.ReadSlice('\n')
 		if len(chunk) > 0 {
 			if !continued {
-				line++
+				line, inLine, found = line+1, 0, false
 			}
-			text := bytes.TrimRight(chunk, "\r\n")
-			at, err := s.match.Find(text)
-			if err != nil {
-				return err
+			part := rematch.End
+			if !continued {
+				part |= rematch.Start
 			}
-			if at >= 0 {
-				if len(s.res.Matches) >= s.maxMatch {
-					return s.stop(fmt.Sprintf("more than %d matches; use a more specific pattern, path or glob", s.maxMatch))
+			text := chunk
+			if err == bufio.ErrBufferFull {
+				part &^= rematch.End
+			} else {
+				text = bytes.TrimRight(chunk, "\r\n")
+			}
+			if !found {
+				at, err := s.match.Find(text, part)
+				if err != nil {
+					return err
 				}
-				m := Match{Path: rel, Line: line, Column: at + 1, Text: excerpt(text, at)}
-				if s.budget >= 0 {
-					s.used += jsonLen(m) + 1
-					if s.used > s.budget {
-						return s.stop("output limit reached; use a more specific pattern, path or glob")
+				if at >= 0 {
+					found = true
+					if err := s.add(Match{Path: rel, Line: line, Column: inLine + at + 1, Text: excerpt(text, at, continued, part&rematch.End == 0)}); err != nil {
+						return err
 					}
 				}
-				s.res.Matches = append(s.res.Matches, m)
 			}
+			inLine += len(chunk)
 		}
 		continued = err == bufio.ErrBufferFull
 		if err == io.EOF {
@@ -263,9 +312,35 @@ func (s *searcher) file(rel string) error {
 	return nil
 }
 
+// add takes one match, unless no output could hold it.
+func (s *searcher) add(m Match) error {
+	if len(s.res.Matches) >= s.maxMatch {
+		return s.stop(fmt.Sprintf("more than %d matches; use a more specific pattern, path or glob", s.maxMatch))
+	}
+	if len(m.Path) > MaxPathBytes {
+		// No tool could take the path back.
+		s.tooLong++
+		return nil
+	}
+	if s.budget >= 0 {
+		n := jsonLen(m) + 1
+		if n > s.budget {
+			s.tooLong++
+			return nil
+		}
+		s.used += n
+		if s.used > s.budget {
+			return s.stop("output limit reached; use a more specific pattern, path or glob")
+		}
+	}
+	s.res.Matches = append(s.res.Matches, m)
+	return nil
+}
+
 // excerpt returns up to maxMatchText bytes of line, as valid UTF-8, that
-// show the match starting at at.
-func excerpt(line []byte, at int) string {
+// show the match starting at at; line is a part of a longer line that
+// goes on before it (before) or after it (after).
+func excerpt(line []byte, at int, before, after bool) string {
 	start := 0
 	if len(line) > maxMatchText && at > maxMatchText/4 {
 		start = at - maxMatchText/4
@@ -278,10 +353,10 @@ func excerpt(line []byte, at int) string {
 		end--
 	}
 	s := string(bytes.ToValidUTF8(line[start:end], []byte("\uFFFD")))
-	if start > 0 {
+	if start > 0 || before {
 		s = "…" + s
 	}
-	if end < len(line) {
+	if end < len(line) || after {
 		s += "…"
 	}
 	return s
