@@ -108,7 +108,7 @@ type Config struct {
 	// its beginning (1-100); the rest keeps its end.
 	OutputHeadPercent int `env:"TOOLSVC_OUTPUT_HEAD_PERCENT" envDefault:"50" desc:"share of a cut process stream kept from its beginning; the rest is kept from its end"`
 
-	APIKey          string `env:"TOOLSVC_API_KEY" desc:"one bearer token with every scope"`
+	APIKey          string `env:"TOOLSVC_API_KEY" desc:"one bearer token with every scope (surrounding whitespace, such as a key file's final newline, is dropped)"`
 	PolicyCostLimit uint64 `env:"TOOLSVC_POLICY_COST_LIMIT" envDefault:"1000000" desc:"CEL evaluation cost limit of one rule condition (over it, the call is denied)"`
 
 	// Auth "none" allows serving a non-loopback address without credentials.
@@ -229,6 +229,10 @@ func loadConfig(environ []string) (Config, error) {
 	}
 	c.environ = vars
 	c.asked = &askedNames{names: map[string]bool{}}
+	// A key read from a file (openssl rand -hex 32 > toolsvc.key, a
+	// Kubernetes secret made --from-file) ends in a newline that no client
+	// sends: kept, it locked every client out.
+	c.APIKey = strings.TrimSpace(c.APIKey)
 	return c, c.validate()
 }
 
@@ -327,6 +331,12 @@ func (c Config) validate() error {
 	var errs []string
 	if c.DefaultTimeout <= 0 || c.MaxTimeout <= 0 {
 		errs = append(errs, "TOOLSVC_DEFAULT_TIMEOUT and TOOLSVC_MAX_TIMEOUT must be positive")
+	}
+	if raw, ok := c.environ["TOOLSVC_API_KEY"]; ok && raw != "" && c.APIKey == "" {
+		errs = append(errs, "TOOLSVC_API_KEY is only whitespace; set it to the key (or unset it)")
+	}
+	if i := strings.IndexFunc(c.APIKey, func(r rune) bool { return r <= ' ' || r == 0x7f }); i >= 0 {
+		errs = append(errs, fmt.Sprintf("TOOLSVC_API_KEY has a space or control character at byte %d; a bearer token has none, so no client could send it", i))
 	}
 	if c.MaxTimeout > maxCallTimeout {
 		// The server's write timeout is MaxTimeout and a minute more: a
