@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -309,5 +311,30 @@ func TestStoreStartStoppedOrTimedOut(t *testing.T) {
 	defer cancel()
 	if _, err := openStoreRetrying(ctx, cfg, log); err == nil || !strings.Contains(err.Error(), "stopped after") || strings.Contains(err.Error(), "START_TIMEOUT") {
 		t.Errorf("stopped: %v", err)
+	}
+}
+
+// TestStoreStartGivesUpOnAnUnwritableDataDir: a data directory the process
+// cannot write (a volume owned by another user, a read-only mount) does not
+// become writable by waiting; the service retried it for the whole
+// TOOLSVC_STORE_START_TIMEOUT, then said only "permission denied". An
+// immutable directory (chattr +i) refuses new files even to root.
+func TestStoreStartGivesUpOnAnUnwritableDataDir(t *testing.T) {
+	data := t.TempDir()
+	if out, err := exec.Command("chattr", "+i", data).CombinedOutput(); err != nil {
+		t.Skipf("chattr +i is not available here (%v: %s); the test needs a directory no file can be made in", err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", data).Run() })
+	cfg, err := loadConfig([]string{"TOOLSVC_WORKSPACE=" + t.TempDir(), "TOOLSVC_DATA_DIR=" + data, "TOOLSVC_STORE_START_TIMEOUT=2s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	_, err = openStoreRetrying(t.Context(), cfg, slog.New(slog.NewJSONHandler(&logged, nil)))
+	if err == nil || !strings.Contains(err.Error(), "TOOLSVC_DATA_DIR "+data+" cannot be written by this process (uid ") || !strings.Contains(err.Error(), "make the directory writable") {
+		t.Errorf("open: %v", err)
+	}
+	if strings.Contains(logged.String(), "retrying") {
+		t.Errorf("an unwritable data directory was retried:\n%s", logged.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -681,6 +682,11 @@ func openStoreRetrying(ctx context.Context, cfg Config, log *slog.Logger) (regis
 		if errors.Is(err, store.ErrNewerSchema) {
 			return nil, err // no retry of this program can open it
 		}
+		if cfg.StoreURL == "" && (errors.Is(err, iofs.ErrPermission) || errors.Is(err, syscall.EROFS)) {
+			// A data directory this user cannot write stays so: an
+			// operator has to change it, not time.
+			return nil, fmt.Errorf("store: TOOLSVC_DATA_DIR %s cannot be written by this process (uid %d): %w; make the directory writable by that user, or set TOOLSVC_DATA_DIR to one that is", absPath(cfg.DataDir), os.Getuid(), err)
+		}
 		log.Warn("store: opening failed; retrying", "attempt", attempt, "retryIn", delay.String(), "err", err)
 		select {
 		case <-ctx.Done():
@@ -689,6 +695,14 @@ func openStoreRetrying(ctx context.Context, cfg Config, log *slog.Logger) (regis
 		}
 		delay = min(2*delay, 5*time.Second)
 	}
+}
+
+// absPath is p made absolute for a message, or p when that fails.
+func absPath(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
 }
 
 // openStore opens PostgreSQL when TOOLSVC_STORE_URL is set, else the
