@@ -47,6 +47,15 @@ type childConfig struct {
 	// executing Path; NoPrivDrop skips the privilege drop (mode off).
 	Entry      string `json:"entry,omitempty"`
 	NoPrivDrop bool   `json:"noPrivDrop,omitempty"`
+	// Launcher, for an entry, is the binary through which it starts
+	// programs (see Programs).
+	Launcher string `json:"launcher,omitempty"`
+	// UnsetEnv names a variable of this process's environment that the
+	// program must not get (see Programs.Start).
+	UnsetEnv string `json:"unsetEnv,omitempty"`
+	// programs, for an entry, are the limits of the programs it starts,
+	// as confine works them out.
+	programs Limits
 	// Reaper makes this process the reaper of the call rather than the
 	// program: unconfined, it starts Child with this configuration
 	// (without Reaper), stays its parent, and kills whatever the program
@@ -59,9 +68,12 @@ type childConfig struct {
 
 // Entry is Go code the sandbox child runs after confining itself, in
 // place of executing a program: args are Spec.Args, and the return value
-// is the child's exit status. The main program passes its entries to
+// is the child's exit status. The programs it runs must be started with
+// programs (see Programs), which gives them the per-program limits, and
+// with an environment of their own: the entry's has MALLOC_ARENA_MAX=1
+// besides what Spec.Env says. The main program passes its entries to
 // RunChild by name; nothing registers itself.
-type Entry func(args []string) int
+type Entry func(programs *Programs, args []string) int
 
 // Entries maps entry names (Spec.Entry) to their code.
 type Entries map[string]Entry
@@ -133,7 +145,7 @@ func RunChild(args []string, entries Entries) error {
 		return reportSetup(err)
 	}
 	if entry != nil {
-		os.Exit(entry(args[2:]))
+		os.Exit(entry(&Programs{launcher: cfg.Launcher, limits: cfg.programs}, args[2:]))
 	}
 	return reportSetup(execProgram(cfg, args[2:]))
 }

@@ -3,11 +3,15 @@
 package sandbox
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -59,6 +63,14 @@ func confine(cfg *childConfig) error {
 	// this and the exec happen on one thread. Never unlocked: this
 	// process either becomes the program or exits.
 	runtime.LockOSThread()
+	var held memory
+	if cfg.Entry != "" {
+		// Before Landlock, which does not let this process read /proc.
+		var err error
+		if held, err = memoryInUse(); err != nil {
+			return err
+		}
+	}
 	if !cfg.NoPrivDrop {
 		if err := dropPrivileges(); err != nil {
 			return err
@@ -92,8 +104,11 @@ func confine(cfg *childConfig) error {
 		}
 	}
 	if cfg.Entry != "" {
-		// An entry is Go code that runs under the limits itself.
-		return applyLimits(cfg.Limits)
+		// An entry is Go code that runs under the limits itself, its
+		// memory bounded relative to what it holds already.
+		var err error
+		cfg.programs, err = applyEntryLimits(cfg.Limits, held)
+		return err
 	}
 	// A program gets its limits in execProgram, at the last moment.
 	return nil
@@ -115,7 +130,11 @@ func execProgram(cfg *childConfig, argv []string) error {
 	if err != nil {
 		return fmt.Errorf("exec %s: %w", cfg.Path, err)
 	}
-	envp, err := syscall.SlicePtrFromStrings(os.Environ())
+	env := os.Environ()
+	if cfg.UnsetEnv != "" {
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, cfg.UnsetEnv+"=") })
+	}
+	envp, err := syscall.SlicePtrFromStrings(env)
 	if err != nil {
 		return fmt.Errorf("exec %s: %w", cfg.Path, err)
 	}
@@ -251,48 +270,127 @@ func restrict(cfg *childConfig) error {
 	return c.Restrict(rules...)
 }
 
-func applyLimits(l Limits) error {
-	set := func(name string, res int, cur, hard uint64) error {
-		var old unix.Rlimit
-		if err := unix.Getrlimit(res, &old); err != nil {
-			return fmt.Errorf("getrlimit %s: %w", name, err)
-		}
-		lim := unix.Rlimit{Cur: min(cur, old.Max), Max: min(hard, old.Max)}
-		if err := unix.Setrlimit(res, &lim); err != nil {
-			return fmt.Errorf("setrlimit %s: %w", name, err)
-		}
-		return nil
+// setLimit sets a resource limit, never above the hard limit in force.
+func setLimit(name string, res int, cur, hard uint64) error {
+	var old unix.Rlimit
+	if err := unix.Getrlimit(res, &old); err != nil {
+		return fmt.Errorf("getrlimit %s: %w", name, err)
 	}
-	if err := set("core", unix.RLIMIT_CORE, 0, 0); err != nil {
+	lim := unix.Rlimit{Cur: min(cur, old.Max), Max: min(hard, old.Max)}
+	if err := unix.Setrlimit(res, &lim); err != nil {
+		return fmt.Errorf("setrlimit %s: %w", name, err)
+	}
+	return nil
+}
+
+// applyLimits applies a program's limits, as they are.
+func applyLimits(l Limits) error {
+	if err := applyTimeAndFileLimits(l); err != nil {
 		return err
 	}
-	if l.CPUSeconds > 0 {
-		// SIGXCPU at the soft limit, SIGKILL a second later.
-		if err := set("cpu", unix.RLIMIT_CPU, l.CPUSeconds, l.CPUSeconds+1); err != nil {
-			return err
-		}
-	}
-	if l.FileSizeBytes > 0 {
-		if err := set("fsize", unix.RLIMIT_FSIZE, l.FileSizeBytes, l.FileSizeBytes); err != nil {
-			return err
-		}
-	}
-	if l.Processes > 0 {
-		if err := set("nproc", unix.RLIMIT_NPROC, l.Processes, l.Processes); err != nil {
-			return err
-		}
-	}
 	if l.DataBytes > 0 {
-		if err := set("data", unix.RLIMIT_DATA, l.DataBytes, l.DataBytes); err != nil {
+		if err := setLimit("data", unix.RLIMIT_DATA, l.DataBytes, l.DataBytes); err != nil {
 			return err
 		}
 	}
 	if l.AddressSpaceBytes > 0 {
-		if err := set("as", unix.RLIMIT_AS, l.AddressSpaceBytes, l.AddressSpaceBytes); err != nil {
+		return setLimit("as", unix.RLIMIT_AS, l.AddressSpaceBytes, l.AddressSpaceBytes)
+	}
+	return nil
+}
+
+// applyEntryLimits applies the limits of an entry's own process, a Go
+// program that already holds what its runtime reserved (more than a
+// program's whole address-space limit may allow: about 1.3 GB without
+// cgo, more with it, far more with -race), and returns the limits of the
+// programs it starts (see Programs). CPU time, file size and processes
+// are a program's. Its memory may grow by l.DataBytes beyond what it
+// holds, as a tool worker's does: RLIMIT_DATA (private writable memory)
+// and RLIMIT_AS (every mapping, which also catches heap the runtime
+// commits over its own reservations, uncharged to RLIMIT_DATA) are each
+// set to what is in use plus l.DataBytes; without DataBytes, the address
+// space may grow by l.AddressSpaceBytes. The hard limits stay at least
+// the programs' limits: l's, or where l leaves one, the one this process
+// had before.
+func applyEntryLimits(l Limits, held memory) (Limits, error) {
+	programs := l
+	var as, data unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_AS, &as); err != nil {
+		return programs, fmt.Errorf("getrlimit as: %w", err)
+	}
+	if err := unix.Getrlimit(unix.RLIMIT_DATA, &data); err != nil {
+		return programs, fmt.Errorf("getrlimit data: %w", err)
+	}
+	programs.AddressSpaceBytes = cmp.Or(l.AddressSpaceBytes, as.Cur)
+	programs.DataBytes = cmp.Or(l.DataBytes, data.Cur)
+	if err := applyTimeAndFileLimits(l); err != nil {
+		return programs, err
+	}
+	if l.DataBytes > 0 {
+		lim := held.data + l.DataBytes
+		if err := setLimit("data", unix.RLIMIT_DATA, lim, max(lim, programs.DataBytes)); err != nil {
+			return programs, err
+		}
+	}
+	if grow := cmp.Or(l.DataBytes, l.AddressSpaceBytes); grow > 0 {
+		lim := held.size + grow
+		if err := setLimit("as", unix.RLIMIT_AS, lim, max(lim, programs.AddressSpaceBytes)); err != nil {
+			return programs, err
+		}
+	}
+	return programs, nil
+}
+
+// applyTimeAndFileLimits applies the limits but memory: no core files,
+// CPU time, file size, processes.
+func applyTimeAndFileLimits(l Limits) error {
+	if err := setLimit("core", unix.RLIMIT_CORE, 0, 0); err != nil {
+		return err
+	}
+	if l.CPUSeconds > 0 {
+		// SIGXCPU at the soft limit, SIGKILL a second later.
+		if err := setLimit("cpu", unix.RLIMIT_CPU, l.CPUSeconds, l.CPUSeconds+1); err != nil {
 			return err
 		}
 	}
+	if l.FileSizeBytes > 0 {
+		if err := setLimit("fsize", unix.RLIMIT_FSIZE, l.FileSizeBytes, l.FileSizeBytes); err != nil {
+			return err
+		}
+	}
+	if l.Processes > 0 {
+		return setLimit("nproc", unix.RLIMIT_NPROC, l.Processes, l.Processes)
+	}
 	return nil
+}
+
+// memory is what a process holds, in bytes.
+type memory struct {
+	// size is its virtual memory (what RLIMIT_AS counts), data its
+	// private writable memory and stack (what RLIMIT_DATA counts, or
+	// close to it).
+	size, data uint64
+}
+
+// memoryInUse reads this process's memory from the first and sixth
+// fields of /proc/self/statm, in pages.
+func memoryInUse() (memory, error) {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return memory{}, fmt.Errorf("reading the memory in use: %w", err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 6 {
+		return memory{}, fmt.Errorf("/proc/self/statm has %d fields, want at least 6", len(f))
+	}
+	var pages [2]uint64
+	for i, field := range []string{f[0], f[5]} {
+		if pages[i], err = strconv.ParseUint(field, 10, 64); err != nil {
+			return memory{}, fmt.Errorf("/proc/self/statm: %w", err)
+		}
+	}
+	page := uint64(os.Getpagesize())
+	return memory{size: pages[0] * page, data: pages[1] * page}, nil
 }
 
 // procAttr puts the process in a group of its own and has the kernel

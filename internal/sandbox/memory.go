@@ -18,3 +18,14 @@ var outOfMemory = regexp.MustCompile(`(?m)^((fatal error: |runtime: ).*(out of m
 // memory ceiling (the shell interpreter, a tool worker) wrote before it
 // died, says that the ceiling refused it memory.
 func OutOfMemory(stderr string) bool { return outOfMemory.MatchString(stderr) }
+
+// threadFailure matches what the Go runtime throws when it cannot start
+// a thread: the kernel refused the thread's stack (RLIMIT_DATA or
+// RLIMIT_AS) or the thread itself (RLIMIT_NPROC), which pthread_create
+// reports alike.
+var threadFailure = regexp.MustCompile(`(?m)^((fatal error: |runtime: ).*new OS thread|runtime/cgo: pthread_create failed)`)
+
+// ThreadFailure reports whether stderr, what a Go process confined under
+// a memory ceiling wrote before it died, says that it could not start a
+// thread (which OutOfMemory counts too).
+func ThreadFailure(stderr string) bool { return threadFailure.MatchString(stderr) }

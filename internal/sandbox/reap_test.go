@@ -52,10 +52,14 @@ if end == "wait":
 // daemonEntry is an entry (as the shell interpreter is one) that runs
 // the program in args and returns: what the program left running must not
 // outlive the call either.
-func daemonEntry(args []string) int {
+func daemonEntry(programs *Programs, args []string) int {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
+	err := programs.Start(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -136,6 +136,9 @@ type Sandbox struct {
 	limits   Limits
 	grace    time.Duration
 	status   Status
+	// launcherExec is what executing the launcher needs: itself and its
+	// loader.
+	launcherExec []string
 }
 
 // New returns a sandbox; in every mode but off it fails without SelfExe.
@@ -155,7 +158,8 @@ func New(o Options) (*Sandbox, error) {
 		}
 		s.readOnly = append(s.readOnly, abs)
 	}
-	if mode != ModeOff {
+	// Mode off still runs entries (the shell interpreter) through SelfExe.
+	if mode != ModeOff || o.SelfExe != "" {
 		if o.SelfExe == "" {
 			return nil, errors.New("sandbox: SelfExe (the path of the toolsvc binary) is required unless the mode is off")
 		}
@@ -175,6 +179,8 @@ func New(o Options) (*Sandbox, error) {
 			}
 			s.launcher = l
 		}
+		// An entry starts its programs through the launcher.
+		s.launcherExec = execSet(s.launcher, nil)
 	}
 	probe := o.Probe
 	if probe == nil {
@@ -201,6 +207,14 @@ func (s *Sandbox) Usable() error {
 
 // Mode returns the sandbox's mode.
 func (s *Sandbox) Mode() Mode { return s.mode }
+
+// Limits returns the resource limits of each program (none in mode off).
+func (s *Sandbox) Limits() Limits {
+	if s.mode == ModeOff {
+		return Limits{}
+	}
+	return s.limits
+}
 
 // ProbeResult is what the kernel offers.
 type ProbeResult struct {
@@ -353,9 +367,15 @@ type Spec struct {
 	// Entry, when set, runs the named Entry of the toolsvc binary in the
 	// confined child instead of a program; Args are its arguments. It
 	// needs SelfExe, also in mode off (where only DataBytes is applied).
+	// The entry's own memory is bounded relative to what it holds when
+	// it starts (see DataBytes), and the programs it starts get the
+	// limits of a program through the launcher (see Programs), which it
+	// may execute.
 	Entry string
 	// DataBytes, when not 0, is RLIMIT_DATA for this run, in place of the
-	// sandbox's.
+	// sandbox's. An entry's process may grow by DataBytes beyond what it
+	// holds when it starts (RLIMIT_DATA and RLIMIT_AS), and its programs
+	// get DataBytes as RLIMIT_DATA.
 	DataBytes uint64
 }
 
@@ -535,7 +555,13 @@ func (s *Sandbox) Run(ctx context.Context, sp Spec) (Result, error) {
 			Entry:     sp.Entry,
 		}
 		if sp.Entry != "" {
-			cfg.Exec = slices.Clone(sp.AllowExec)
+			cfg.Exec = slices.Concat(sp.AllowExec, s.launcherExec)
+			cfg.Launcher = s.launcher
+			// Each thread of a cgo build that calls malloc would reserve
+			// a 64 MiB arena of glibc's, which RLIMIT_AS counts: a dozen
+			// threads waiting for programs would use up the entry's
+			// ceiling. The programs get an environment of their own.
+			env = append(env, "MALLOC_ARENA_MAX=1")
 		}
 		if sp.DataBytes > 0 {
 			cfg.Limits.DataBytes = sp.DataBytes

@@ -19,7 +19,8 @@ import (
 )
 
 // TestMain lets the test binary play toolsvc's part: re-executed with
-// ChildCommand it is the sandbox child (with the entry "daemon"), with
+// ChildCommand it is the sandbox child (with the entries "daemon" and
+// "limits"), with
 // "kill-helper" the service of TestServiceKilled, and with "dial-helper"
 // a program that tries to open a TCP connection (exit 0: connected, 3:
 // not).
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case ChildCommand:
-			err := RunChild(os.Args[2:], Entries{"daemon": daemonEntry})
+			err := RunChild(os.Args[2:], Entries{"daemon": daemonEntry, "limits": limitsEntry})
 			fmt.Fprintln(os.Stderr, "sandbox child:", err)
 			os.Exit(125)
 		case "kill-helper":

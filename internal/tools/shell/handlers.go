@@ -1,6 +1,7 @@
 package shell
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -121,7 +122,11 @@ func (c *call) start(ctx context.Context, hc interp.HandlerContext, args []strin
 	cmd.Env = append(slices.Clone(c.env), append(c.childEnv(hc.Env), "PWD="+hc.Dir)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = hc.Stdin, stdout, stderr
 	cmd.WaitDelay = time.Second
-	err = cmd.Run()
+	// Through the launcher, which gives the program the per-program
+	// limits: this process's own are relative to what it holds.
+	if err = c.programs.Start(cmd); err == nil {
+		err = cmd.Wait()
+	}
 	var exitErr *exec.ExitError
 	switch {
 	case errors.As(err, &exitErr):
@@ -194,6 +199,22 @@ func (c *call) callHandler(ctx context.Context, args []string) ([]string, error)
 		return nil, c.refuse(substTooLarge()) // builtins writing into $(...)
 	}
 	switch args[0] {
+	case "eval":
+		if r := c.checkEval(strings.Join(args[1:], " "), "eval"); r != nil {
+			return nil, c.refuse(r)
+		}
+	case "trap":
+		if len(args) > 2 && !strings.HasPrefix(args[1], "-") {
+			if r := c.checkEval(args[1], "trap"); r != nil {
+				return nil, c.refuse(r)
+			}
+		}
+	case "source", ".":
+		if len(args) > 1 {
+			if r := c.checkSource(hc.Dir, args[1]); r != nil {
+				return nil, c.refuse(r)
+			}
+		}
 	case "cd", "pushd":
 		target := ""
 		for _, a := range args[1:] {
@@ -216,6 +237,77 @@ func (c *call) callHandler(ctx context.Context, args []string) ([]string, error)
 		}
 	}
 	return args, nil
+}
+
+// checkEval refuses, before eval (or trap) takes it, code that the
+// syntax check would have refused had it been written in the command line
+// itself: process substitution and coproc (such code is parsed only when
+// it runs). Code that does not parse is left to the builtin to report.
+func (c *call) checkEval(code, builtin string) *refusal {
+	f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(code), "")
+	if err != nil {
+		return nil
+	}
+	return unsupportedIn(f, "in the code given to "+builtin)
+}
+
+// maxSourceCheck bounds the file checkSource reads to check it.
+const maxSourceCheck = 1 << 20
+
+// checkSource refuses to source a file outside the workspace, saying so
+// (the open handler alone would speak of redirections), and a file in it
+// that uses process substitution or coproc.
+func (c *call) checkSource(cwd, name string) *refusal {
+	rel, ok := c.inside(cwd, name)
+	if !ok {
+		return &refusal{
+			msg:        fmt.Sprintf("source %s is refused: only files inside the workspace can be sourced", name),
+			suggestion: "Source a script in the workspace by its relative path, e.g. source ./lib.sh.",
+		}
+	}
+	f, err := c.root.Open(rel)
+	if err != nil {
+		return nil // source reports it (or finds the name in PATH, which open refuses)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSourceCheck+1))
+	if err != nil || len(b) > maxSourceCheck {
+		return nil // too large to check here: noTempDir stops <(...) all the same
+	}
+	file, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(bytes.NewReader(b), name)
+	if err != nil {
+		return nil
+	}
+	return unsupportedIn(file, "in "+name)
+}
+
+// unsupportedIn refuses process substitution and coproc in f; where says
+// where f comes from.
+func unsupportedIn(f *syntax.File, where string) *refusal {
+	var ref *refusal
+	syntax.Walk(f, func(n syntax.Node) bool {
+		if ref == nil {
+			ref = unsupported(n)
+		}
+		return ref == nil
+	})
+	if ref != nil {
+		ref.msg += " (" + where + ")"
+	}
+	return ref
+}
+
+// unsupported refuses the shell features this tool does not run: process
+// substitution, whose named pipes the interpreter would make in the
+// workspace and open itself, and coproc.
+func unsupported(n syntax.Node) *refusal {
+	switch n.(type) {
+	case *syntax.ProcSubst:
+		return &refusal{msg: "process substitution <(...) and >(...) is not supported", suggestion: "Use a pipe, or write to a file in the workspace first."}
+	case *syntax.CoprocClause:
+		return &refusal{msg: "coproc is not supported", suggestion: "Use a pipe or background job instead."}
+	}
+	return nil
 }
 
 // inside returns path relative to the workspace, and whether it is inside
@@ -259,9 +351,10 @@ func (c *call) open(ctx context.Context, path string, flag int, perm os.FileMode
 	}
 	rel, ok := c.inside(hc.Dir, path)
 	if !ok {
+		// A redirection or source (which may have found the name in PATH).
 		return nil, c.refuse(&refusal{
-			msg:        fmt.Sprintf("redirection to %s is refused: only files inside the workspace (and /dev/null) can be opened", path),
-			suggestion: "Use a relative path inside the workspace, e.g. > out.txt.",
+			msg:        fmt.Sprintf("opening %s is refused: redirections and source may only name files inside the workspace (and /dev/null)", path),
+			suggestion: "Use a relative path inside the workspace, e.g. > out.txt or source ./lib.sh.",
 		})
 	}
 	return c.root.OpenFile(rel, flag, perm)
@@ -337,9 +430,9 @@ func (c *call) access(ctx context.Context, path string, mode interp.AccessMode) 
 // precheck refuses, before anything runs, what can be seen in the syntax
 // tree: programs named literally that are not allowed (also after exec,
 // command and builtin and inside functions, $(...) and backticks),
-// redirections to literal paths outside the workspace, and process
-// substitution. What is only known at run time (names from variables,
-// eval) is checked again by the handlers.
+// redirections to and source of literal paths outside the workspace, and
+// process substitution. What is only known at run time (names from
+// variables, eval, sourced files) is checked again by the handlers.
 func (c *call) precheck(f *syntax.File, cwd string) *refusal {
 	funcs := map[string]bool{}
 	syntax.Walk(f, func(n syntax.Node) bool {
@@ -353,11 +446,10 @@ func (c *call) precheck(f *syntax.File, cwd string) *refusal {
 		if ref != nil {
 			return false
 		}
+		if ref = unsupported(n); ref != nil {
+			return false
+		}
 		switch n := n.(type) {
-		case *syntax.ProcSubst:
-			ref = &refusal{msg: "process substitution <(...) and >(...) is not supported", suggestion: "Use a pipe, or write to a file in the workspace first."}
-		case *syntax.CoprocClause:
-			ref = &refusal{msg: "coproc is not supported", suggestion: "Use a pipe or background job instead."}
 		case *syntax.CmdSubst:
 			// $(<file) would copy the whole file into memory without
 			// any handler seeing it; run it as $(cat <file), bounded.
@@ -369,7 +461,7 @@ func (c *call) precheck(f *syntax.File, cwd string) *refusal {
 				}
 			}
 		case *syntax.CallExpr:
-			ref = c.precheckCall(n, funcs)
+			ref = c.precheckCall(n, funcs, cwd)
 		case *syntax.Redirect:
 			switch n.Op {
 			case syntax.RdrOut, syntax.AppOut, syntax.RdrIn, syntax.RdrInOut, syntax.RdrClob, syntax.RdrAll, syntax.AppAll:
@@ -405,7 +497,7 @@ func specialDevice(p string) bool {
 	return false
 }
 
-func (c *call) precheckCall(ce *syntax.CallExpr, funcs map[string]bool) *refusal {
+func (c *call) precheckCall(ce *syntax.CallExpr, funcs map[string]bool, cwd string) *refusal {
 	var words []string
 	for _, w := range ce.Args {
 		s, ok := literal(w)
@@ -435,6 +527,14 @@ func (c *call) precheckCall(ce *syntax.CallExpr, funcs map[string]bool) *refusal
 		return nil
 	}
 	name := words[0]
+	if (name == "source" || name == ".") && len(words) > 1 && !funcs[name] && strings.Contains(words[1], "/") {
+		if _, in := c.inside(cwd, words[1]); !in {
+			return &refusal{
+				msg:        fmt.Sprintf("source %s is refused: only files inside the workspace can be sourced", words[1]),
+				suggestion: "Source a script in the workspace by its relative path, e.g. source ./lib.sh.",
+			}
+		}
+	}
 	if funcs[name] || interp.IsBuiltin(name) {
 		return nil
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 
@@ -47,17 +46,17 @@ type interpReport struct {
 }
 
 // RunInterpreter is the interpreter's process: already confined by the
-// sandbox (Landlock, rlimits including the memory ceiling, working
-// directory from the opened workspace), it interprets the command line
-// of args[0] (an interpConfig) with os.Stdin, os.Stdout and os.Stderr,
-// runs the allowed programs itself, reports the outcome to the parent and
-// returns the exit status.
-func RunInterpreter(args []string) int {
+// sandbox (Landlock, rlimits, the memory ceiling, working directory from
+// the opened workspace), it interprets the command line of args[0] (an
+// interpConfig) with os.Stdin, os.Stdout and os.Stderr, runs the allowed
+// programs itself through programs (which gives each the per-program
+// limits), reports the outcome to the parent and returns the exit status.
+func RunInterpreter(programs *sandbox.Programs, args []string) int {
 	// A runtime fatal error (out of memory) prints one line, not every
 	// goroutine's stack into the command's stderr.
 	debug.SetTraceback("none")
 	r := &reporter{}
-	return r.send(interpret(args, r))
+	return r.send(interpret(programs, args, r))
 }
 
 // reporter sends the process's one report to the parent. A refusal in a
@@ -87,7 +86,15 @@ func (r *reporter) send(rep interpReport) int {
 	return r.status
 }
 
-func interpret(args []string, r *reporter) interpReport {
+// noTempDir is the interpreter's own directory for temporary files, where
+// the library would make the named pipes of process substitution: a
+// path that can never exist (/dev/null is no directory), so that <(...)
+// reached where no handler looks (a trap) fails there instead of leaving
+// pipes in the workspace. What the script and its programs see as TMPDIR
+// is the workspace.
+const noTempDir = "/dev/null/process-substitution-is-not-supported"
+
+func interpret(programs *sandbox.Programs, args []string, r *reporter) interpReport {
 	if len(args) != 1 {
 		return interpReport{Error: "interpreter: want one configuration argument"}
 	}
@@ -105,8 +112,14 @@ func interpret(args []string, r *reporter) interpReport {
 	}
 	defer root.Close()
 	env := []string{"PATH=" + sandbox.DefaultPath, "HOME=" + cfg.Home, "LANG=C.UTF-8", "TMPDIR=" + cfg.Home}
-	c := &call{tool: t, dir: cfg.Home, root: root, slots: make(chan struct{}, t.maxProcs), env: env}
-	env = append(slices.Clone(env), cfg.Env...)
+	c := &call{tool: t, dir: cfg.Home, root: root, slots: make(chan struct{}, t.maxProcs), env: env, programs: programs}
+	// The runner takes its directory for temporary files from TMPDIR when
+	// it is made; the prelude sets the script's TMPDIR afterwards.
+	env = append([]string{"PATH=" + sandbox.DefaultPath, "HOME=" + cfg.Home, "LANG=C.UTF-8", "TMPDIR=" + noTempDir}, cfg.Env...)
+	prelude, err := syntax.NewParser().Parse(strings.NewReader("TMPDIR="+syntaxQuote(cfg.Home)), "")
+	if err != nil {
+		return interpReport{Error: "interpreter: " + err.Error()}
+	}
 	file, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(cfg.Command), "")
 	if err != nil {
 		return interpReport{Error: err.Error()}
@@ -136,6 +149,9 @@ func interpret(args []string, r *reporter) interpReport {
 		return interpReport{Error: "interpreter: " + err.Error()}
 	}
 	c.exit = func(rep interpReport) { os.Exit(r.send(rep)) }
+	if err := runner.Run(ctx, prelude); err != nil {
+		return interpReport{Error: "interpreter: " + err.Error()}
+	}
 	runErr := runner.Run(ctx, file)
 	if r := c.firstRefusal(); r != nil {
 		return interpReport{Refusal: r}
@@ -149,4 +165,15 @@ func interpret(args []string, r *reporter) interpReport {
 		rep.ExitCode = int(status)
 	}
 	return rep
+}
+
+// syntaxQuote quotes s as one shell word.
+func syntaxQuote(s string) string {
+	q, err := syntax.Quote(s, syntax.LangBash)
+	if err != nil {
+		// Only a NUL byte or invalid UTF-8 cannot be quoted; the
+		// workspace's name has neither.
+		return "''"
+	}
+	return q
 }

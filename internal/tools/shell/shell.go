@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -229,7 +230,7 @@ func (t *tool) description() string {
 	case st.FSRules:
 		b.WriteString("Programs cannot read files outside the workspace and the system directories, nor write outside the workspace. ")
 	}
-	fmt.Fprintf(&b, "A non-zero exit code is reported in exitCode, not as an error. Each of stdout and stderr keeps at most %d bytes, its beginning and its end around a marker that says how much was omitted and how to read the rest (stdoutTruncated/stderrTruncated and stdoutBytes/stderrBytes say so). ", t.perOut)
+	fmt.Fprintf(&b, "A non-zero exit code is reported in exitCode, not as an error. Each of stdout and stderr keeps at most %d bytes (less when it needs escaping in JSON), its beginning and its end around a marker that says how much was omitted and how to read the rest (stdoutTruncated/stderrTruncated and stdoutBytes/stderrBytes say so). A command line stopped by its timeout or by a refusal is an error whose message shows what it wrote until then. ", t.perOut)
 	b.WriteString("Background jobs (&) are stopped when the command line finishes; use wait to wait for them.")
 	return b.String()
 }
@@ -303,6 +304,7 @@ func invalid(msg, suggestion string) *registry.Error {
 }
 
 func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
+	start := time.Now()
 	var a args
 	if err := req.Bind(&a); err != nil {
 		return nil, err
@@ -359,7 +361,10 @@ func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
 	if req.MaxOutputBytes > 0 {
 		limit = max(min(limit, (req.MaxOutputBytes-1024)/2), 256)
 	}
-	stdout, stderr := stream.New(ctx, req, "stdout", limit), stream.New(ctx, req, "stderr", limit)
+	// The spills outlive a timeout: what was written before it is kept
+	// with the error that says so.
+	sctx := context.WithoutCancel(ctx)
+	stdout, stderr := stream.New(sctx, req, "stdout", limit), stream.New(sctx, req, "stderr", limit)
 	rel, _ := c.inside(dir, cwd)
 	enc, err := json.Marshal(interpConfig{
 		Command: a.Command, Home: dir, Cwd: rel, Allow: t.allowList, EnvAllow: t.envAllow, Env: env, MaxProcs: t.maxProcs,
@@ -390,25 +395,23 @@ func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
 		AllowExec: t.execDeps,
 		DataBytes: t.memLimit,
 	})
-	out := Output{
-		DurationMs:      res.Duration.Milliseconds(),
-		Stdout:          stdout.Text(req),
-		Stderr:          stderr.Text(req),
-		StdoutTruncated: stdout.Truncated(),
-		StderrTruncated: stderr.Truncated(),
-		StdoutBytes:     stdout.Total(),
-		StderrBytes:     stderr.Total(),
-	}
-	if out.StdoutTruncated || out.StderrTruncated {
-		req.ReportTruncated(out.StdoutBytes + out.StderrBytes)
-	}
+	streams := &outputs{ctx: sctx, req: req, stdout: stdout, stderr: stderr}
 	if err := ctx.Err(); err != nil {
-		if errors.Is(context.Cause(ctx), errArgTimeout) {
+		switch {
+		case errors.Is(context.Cause(ctx), errArgTimeout):
 			return nil, &registry.Error{Code: registry.CodeTimeout,
-				Message:    fmt.Sprintf("the command line did not finish within timeoutMs=%d and was stopped with every program it started", a.TimeoutMs),
+				Message:    fmt.Sprintf("the command line did not finish within timeoutMs=%d and was stopped with every program it started.", a.TimeoutMs) + streams.sofar(),
 				Suggestion: "Use a larger timeoutMs, or make the command do less (e.g. limit its input or add head)."}
+		case errors.Is(err, context.DeadlineExceeded):
+			within := "its timeout"
+			if !req.Deadline.IsZero() {
+				within = req.Deadline.Sub(start).Round(10 * time.Millisecond).String()
+			}
+			return nil, &registry.Error{Code: registry.CodeTimeout,
+				Message:    fmt.Sprintf("tool %s did not finish within %s and was stopped with every program it started.", ToolName, within) + streams.sofar(),
+				Suggestion: "Try a smaller or simpler command, or a larger timeoutMs."}
 		}
-		return nil, err // the executor reports E_TIMEOUT or E_CANCELED
+		return nil, err // canceled: the executor reports E_CANCELED
 	}
 	if runErr != nil {
 		t.log.Error("shell: the interpreter could not be started", "error", runErr)
@@ -417,33 +420,193 @@ func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
 	}
 	var rep interpReport
 	if len(res.Report) == 0 || json.Unmarshal(res.Report, &rep) != nil {
-		return nil, t.died(res, out.Stderr)
+		err := t.died(res, string(captured(stderr)))
+		err.Message += streams.sofar()
+		return nil, err
 	}
 	switch {
 	case rep.Refusal != nil:
-		return nil, registry.ToolError(rep.Refusal.Message+"; the command line was stopped there (commands before it may have run)", rep.Refusal.Suggestion)
+		return nil, registry.ToolError(rep.Refusal.Message+"; the command line was stopped there (commands before it may have run)."+streams.sofar(), rep.Refusal.Suggestion)
 	case rep.Error != "":
-		return nil, registry.ToolError("the command line failed: "+rep.Error, "Check the command; stderr so far: "+clip(out.Stderr, 300))
+		return nil, registry.ToolError("the command line failed: "+rep.Error+"."+streams.sofar(), "Check the command.")
 	}
-	out.ExitCode = rep.ExitCode
+	out := Output{
+		ExitCode:        rep.ExitCode,
+		DurationMs:      res.Duration.Milliseconds(),
+		StdoutTruncated: stdout.Truncated(),
+		StderrTruncated: stderr.Truncated(),
+		StdoutBytes:     stdout.Total(),
+		StderrBytes:     stderr.Total(),
+	}
+	outLimit := req.MaxOutputBytes
+	if outLimit <= 0 {
+		outLimit = 2*t.perOut + 1024
+	}
+	streams.fit(&out, outLimit)
+	if out.StdoutTruncated || out.StderrTruncated {
+		req.ReportTruncated(out.StdoutBytes + out.StderrBytes)
+	}
 	return out, nil
 }
 
-// died explains an interpreter that ended without reporting: the memory
-// ceiling (the Go runtime says "out of memory" when RLIMIT_DATA refuses
-// it more), another limit, or a signal.
-func (t *tool) died(res sandbox.Result, stderr string) error {
+// outputs are the streams of one call, read once each (reading a cut
+// stream closes its spill) into the result or an error's message.
+type outputs struct {
+	ctx            context.Context
+	req            *registry.Request
+	stdout, stderr *stream.Stream
+}
+
+// fit sets out's Stdout and Stderr so that out, written as JSON, fits in
+// limit bytes (the call's output limit): the fields besides the streams
+// first, then each stream within what the other leaves it, escapes
+// included (a control character takes six bytes), the one that needs
+// less taking what it needs. A stream that does not fit keeps its
+// beginning and end around a marker that says how to read all of it.
+func (o *outputs) fit(out *Output, limit int) {
+	fixed, err := json.Marshal(out)
+	if err != nil {
+		panic(err) // integers, booleans and strings always marshal
+	}
+	// The two empty strings are in fixed already; the budgets count the
+	// quotes of their own.
+	room := limit - (len(fixed) - 4)
+	var cut bool
+	bo, be := split(room, o.need(o.stdout, "stdout"), o.need(o.stderr, "stderr"))
+	out.Stdout, cut = o.text(o.stdout, "stdout", bo)
+	out.StdoutTruncated = out.StdoutTruncated || cut
+	out.Stderr, cut = o.text(o.stderr, "stderr", be)
+	out.StderrTruncated = out.StderrTruncated || cut
+}
+
+// errExcerptBytes bounds what an error's message shows of the streams,
+// within the default error message limit of 1000 characters.
+const errExcerptBytes = 600
+
+// sofar says, for an error's message, what the command line wrote before
+// it was stopped: each stream whole, or its beginning and end around a
+// marker that says how to read all of it.
+func (o *outputs) sofar() string {
+	if o.stdout.Total() == 0 && o.stderr.Total() == 0 {
+		return " It wrote nothing to stdout or stderr."
+	}
+	var b strings.Builder
+	b.WriteString(" What it wrote before:")
+	bo, be := split(errExcerptBytes, o.need(o.stdout, "stdout"), o.need(o.stderr, "stderr"))
+	for _, s := range []struct {
+		name   string
+		st     *stream.Stream
+		budget int
+	}{{"stdout", o.stdout, bo}, {"stderr", o.stderr, be}} {
+		if s.st.Total() == 0 {
+			fmt.Fprintf(&b, "\n[%s: nothing]", s.name)
+			continue
+		}
+		text, _ := o.text(s.st, s.name, s.budget)
+		fmt.Fprintf(&b, "\n[%s, %d bytes:]\n%s", s.name, s.st.Total(), text)
+	}
+	return b.String()
+}
+
+// split shares room between two texts that need a and b: each gets half,
+// and what one does not need goes to the other.
+func split(room, a, b int) (int, int) {
+	half := room / 2
+	switch {
+	case a <= half:
+		return a, room - a
+	case b <= room-half:
+		return room - b, b
+	}
+	return half, room - half
+}
+
+// need is about what the stream takes as a JSON string when nothing
+// bounds it (at least that for a cut one).
+func (o *outputs) need(s *stream.Stream, name string) int {
+	head, tail, omitted := s.Parts()
+	n := registry.QuotedLen(string(head)) + registry.QuotedLen(string(tail)) - 2
+	if omitted > 0 {
+		// The longest marker: with a spill, kept in part.
+		total := s.Total()
+		spill := &registry.SpillInfo{ToolCallID: o.req.CallID, Stream: name, TotalBytes: total, StoredBytes: total - 1}
+		n += registry.QuotedLen(registry.CutMarker(total, total, o.req.CallID, name, total, spill)) + 2
+	}
+	return n
+}
+
+// text returns the stream as text that takes at most budget bytes as a
+// JSON string, and whether it was cut here. A stream its capture cut
+// already is cut within the budget around its marker (see
+// stream.TextWithin). One that was kept whole but escapes to more than
+// the budget is spilled here, so the marker can say how to read all of
+// it, and cut the same way.
+func (o *outputs) text(s *stream.Stream, name string, budget int) (string, bool) {
+	if s.Truncated() {
+		return s.TextWithin(o.req, budget), false
+	}
+	whole := string(captured(s))
+	if registry.QuotedLen(whole) <= budget {
+		return whole, false
+	}
+	var spill *registry.SpillInfo
+	if sink := o.req.SpillStream(o.ctx, name); sink != nil {
+		_, _ = sink.Write([]byte(whole))
+		spill, _ = sink.Close() // a failed spill is logged; the marker says it was not kept
+	}
+	total := int64(len(whole))
+	room := budget - registry.QuotedLen(registry.CutMarker(total, total, o.req.CallID, name, total, spill)) - 4
+	head := whole[:registry.QuotedPrefix(whole, max(room/2, 0))]
+	rest := whole[len(head):]
+	tail := rest[registry.QuotedSuffix(rest, max(room-registry.QuotedLen(head)+2, 0)):]
+	marker := registry.CutMarker(total-int64(len(head)+len(tail)), total, o.req.CallID, name, int64(len(head)), spill)
+	return head + "\n" + marker + "\n" + tail, true
+}
+
+// captured is what the stream's capture holds: all of it when it was not
+// cut.
+func captured(s *stream.Stream) []byte {
+	head, tail, _ := s.Parts()
+	return append(head, tail...)
+}
+
+// died explains an interpreter that ended without reporting, naming the
+// limit it ran into where its last words or its end say which: its
+// memory ceiling (the Go runtime says "out of memory", or cannot start a
+// thread, when RLIMIT_DATA or RLIMIT_AS refuses it more), its CPU time,
+// or else its exit status.
+func (t *tool) died(res sandbox.Result, stderr string) *registry.Error {
 	// What the runtime said is the operator's to read, whatever the model
 	// is told.
-	t.log.Warn("shell: the interpreter ended without reporting", "exitCode", res.ExitCode, "stderr", clip(string(res.Stderr), 2000))
-	if sandbox.OutOfMemory(stderr) || sandbox.OutOfMemory(string(res.Stderr)) {
+	t.log.Warn("shell: the interpreter ended without reporting", "exitCode", res.ExitCode, "stderr", clip(stderr, 2000))
+	lim := t.sb.Limits()
+	switch {
+	case sandbox.ThreadFailure(stderr):
+		msg := fmt.Sprintf("the command line's interpreter could not start another thread and was stopped: every program running at once holds one, and they used up its memory ceiling of TOOLSVC_TOOL_MEMORY_LIMIT (%d bytes beyond what it held at start)", t.memLimit)
+		if lim.Processes > 0 {
+			msg += fmt.Sprintf(" or the process limit TOOLSVC_SHELL_RLIMIT_NPROC (%d)", lim.Processes)
+		}
+		return registry.ToolError(msg+".", "Run fewer programs at the same time: fewer background jobs (&), shorter pipelines.")
+	case sandbox.OutOfMemory(stderr):
 		return registry.ToolError(
-			fmt.Sprintf("the command line needed more memory than the limit of %d bytes (TOOLSVC_TOOL_MEMORY_LIMIT) and was stopped", t.memLimit),
+			fmt.Sprintf("the command line needed more memory than its interpreter's ceiling of TOOLSVC_TOOL_MEMORY_LIMIT (%d bytes beyond what it held at start) and was stopped.", t.memLimit),
 			"Keep less in variables and expansions (large brace expansions, doubling strings, recursive functions or pipelines); write large data to files and process it with the allowed programs.")
+	case lim.CPUSeconds > 0 && res.ExitCode == 128+int(syscall.SIGXCPU):
+		return registry.ToolError(
+			fmt.Sprintf("the command line's interpreter used up its CPU time limit of %d seconds (TOOLSVC_SHELL_RLIMIT_CPU_SECONDS) and was stopped.", lim.CPUSeconds), cpuFix)
+	case res.ExitCode == 128+int(syscall.SIGKILL):
+		msg := "the command line's interpreter was killed (SIGKILL)"
+		if lim.CPUSeconds > 0 {
+			msg += fmt.Sprintf(": the kernel does that when it has used its CPU time limit of %d seconds (TOOLSVC_SHELL_RLIMIT_CPU_SECONDS), or when the machine runs out of memory", lim.CPUSeconds)
+		}
+		return registry.ToolError(msg+".", cpuFix)
 	}
-	return registry.ToolError(fmt.Sprintf("the command line's interpreter stopped unexpectedly (exit status %d)", res.ExitCode),
-		"Check the command for runaway recursion or expansions; stderr so far: "+clip(stderr, 300))
+	return registry.ToolError(fmt.Sprintf("the command line's interpreter stopped unexpectedly (exit status %d).", res.ExitCode),
+		"Check the command for runaway recursion or expansions.")
 }
+
+// cpuFix is the suggestion for an interpreter stopped for its CPU time.
+const cpuFix = "Do the work with the allowed programs rather than in long shell loops, or split it into several calls."
 
 // errArgTimeout is the cause when the call's own timeoutMs expires.
 var errArgTimeout = errors.New("timeoutMs expired")
@@ -521,6 +684,8 @@ type call struct {
 	abort context.CancelFunc
 	// exit, in the interpreter's process, reports and ends the process.
 	exit func(interpReport)
+	// programs starts the programs, in the interpreter's process.
+	programs *sandbox.Programs
 
 	mu      sync.Mutex
 	closed  bool

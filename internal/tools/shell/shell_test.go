@@ -38,11 +38,19 @@ type fixture struct {
 
 func newFixture(t *testing.T, mode sandbox.Mode, tweak func(*Options)) *fixture {
 	t.Helper()
+	return newFixtureWith(t, sandbox.Options{Mode: mode}, tweak)
+}
+
+// newFixtureWith is newFixture with the sandbox's options (the test
+// binary is SelfExe).
+func newFixtureWith(t *testing.T, so sandbox.Options, tweak func(*Options)) *fixture {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := sandbox.New(sandbox.Options{Mode: mode, SelfExe: exe, KillGrace: 200 * time.Millisecond})
+	so.SelfExe, so.KillGrace = exe, 200*time.Millisecond
+	sb, err := sandbox.New(so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +145,8 @@ func TestAllowedCommands(t *testing.T) {
 		{"l() { ls sub; }; l", "inner.txt\n"},
 		{"cat <<EOF\nhere $((1+2))\nEOF", "here 3\n"},
 		{"command -v sh >/dev/null && echo found", "found\n"}, // a lookup, not a run
+		{"echo $TMPDIR", f.dir + "\n"},
+		{"d=$(mktemp -d) && [ \"${d#$TMPDIR/}\" != \"$d\" ] && echo inside", "inside\n"},
 	}
 	for _, c := range cases {
 		out := f.run(c.cmd)
