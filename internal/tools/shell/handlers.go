@@ -31,9 +31,13 @@ func (c *call) checkProgram(name string, args []string) *refusal {
 		}
 	}
 	if !c.allow[name] {
+		use := "Use only these programs: " + strings.Join(c.allowList, ", ") + ", and shell builtins"
+		if len(c.allowList) == 0 {
+			use = "No programs are installed for this tool: use shell builtins"
+		}
 		return &refusal{
 			msg:        fmt.Sprintf("program %q is not allowed", name),
-			suggestion: fmt.Sprintf("Use only these programs: %s, and shell builtins (echo, printf, test, cd, read, ...). Shells and interpreters cannot be run.", strings.Join(c.allowList, ", ")),
+			suggestion: use + " (echo, printf, test, cd, read, ...). Shells and interpreters cannot be run.",
 		}
 	}
 	if name == "sort" {

@@ -138,12 +138,19 @@ func Tools(o Options) ([]*registry.Tool, error) {
 		}
 		t.allow[name] = true
 	}
-	t.allowList = sortedKeys(t.allow)
-	for _, name := range t.allowList {
+	// A program allowed but not installed (an image without coreutils)
+	// is left out of the allowlist, the description and the refusals'"'"'
+	// suggestions: the model is told what it can run, not "command not
+	// found" for what it was told it could.
+	var missing []string
+	for _, name := range sortedKeys(t.allow) {
 		p, err := sandbox.LookPath(name)
 		if err != nil {
-			continue // not installed: the script gets "command not found"
+			delete(t.allow, name)
+			missing = append(missing, name)
+			continue
 		}
+		t.allowList = append(t.allowList, name)
 		deps, err := sandbox.ExecDeps(p)
 		if err != nil {
 			return nil, fmt.Errorf("shell: allowed program %s: %w", name, err)
@@ -153,6 +160,10 @@ func Tools(o Options) ([]*registry.Tool, error) {
 				t.execDeps = append(t.execDeps, d)
 			}
 		}
+	}
+	if len(missing) > 0 {
+		t.log.Warn("shell: allowed programs that are not installed are left out of shell__exec; install them where toolsvc runs (its PATH) to offer them",
+			"missing", strings.Join(missing, ","), "offered", len(t.allowList))
 	}
 	for _, name := range o.EnvAllow {
 		if err := sandbox.CheckEnvName(name); err != nil {
@@ -219,7 +230,11 @@ func (t *tool) description() string {
 	var b strings.Builder
 	b.WriteString("Run a command line in the workspace and return its exit code, stdout and stderr. ")
 	b.WriteString("Bash syntax works (pipes, redirections, &&, ||, ;, variables, loops, functions, $(...)); it is interpreted by the service, not by a real shell. ")
-	fmt.Fprintf(&b, "Only these programs can be run, by name: %s. ", strings.Join(t.allowList, ", "))
+	if len(t.allowList) > 0 {
+		fmt.Fprintf(&b, "Only these programs can be run, by name: %s. ", strings.Join(t.allowList, ", "))
+	} else {
+		b.WriteString("No programs are installed for it: only shell builtins work. ")
+	}
 	b.WriteString("Shell builtins (echo, printf, test/[, cd, read, export, ...) are always available. ")
 	b.WriteString("Other programs, shells and interpreters (sh, bash, python, ...), paths such as ./x or /bin/ls, and process substitution <(...) are refused. ")
 	b.WriteString("Redirections may only name files inside the workspace (and /dev/null). ")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -589,5 +590,35 @@ func TestDefinition(t *testing.T) {
 				t.Errorf("default allowlist contains %s", name)
 			}
 		}
+	}
+}
+
+// TestUninstalledProgramsAreNotOffered: an image without the allowed
+// programs (FROM distroless, scratch) told the model "Only these programs
+// can be run: cat, ls, …" and answered "command not found" for each.
+func TestUninstalledProgramsAreNotOffered(t *testing.T) {
+	var logged bytes.Buffer
+	f := newFixture(t, sandbox.ModeBestEffort, func(o *Options) {
+		o.Allow = []string{"cat", "no-such-program-x1"}
+		o.Logger = slog.New(slog.NewJSONHandler(&logged, nil))
+	})
+	desc := mustDescription(t, f)
+	if !strings.Contains(desc, "Only these programs can be run, by name: cat. ") {
+		t.Errorf("description: %s", desc)
+	}
+	if !strings.Contains(logged.String(), `"missing":"no-such-program-x1"`) {
+		t.Errorf("no warning at start naming the missing program: %s", logged.String())
+	}
+	res := f.call(map[string]any{"command": "no-such-program-x1"}, 0)
+	if res.Error == nil || !strings.Contains(res.Error.Message, `program "no-such-program-x1" is not allowed`) || !strings.Contains(res.Error.Suggestion, "Use only these programs: cat,") {
+		t.Errorf("calling it: %s %s %+v", res.Status, res.Output, res.Error)
+	}
+	none := newFixture(t, sandbox.ModeBestEffort, func(o *Options) { o.Allow = []string{"no-such-program-x1"} })
+	if desc := mustDescription(t, none); !strings.Contains(desc, "No programs are installed for it: only shell builtins work.") {
+		t.Errorf("description without programs: %s", desc)
+	}
+	res = none.call(map[string]any{"command": "no-such-program-x1"}, 0)
+	if res.Error == nil || !strings.Contains(res.Error.Suggestion, "No programs are installed for this tool: use shell builtins") {
+		t.Errorf("calling it without programs: %+v", res.Error)
 	}
 }
