@@ -164,7 +164,7 @@ type Config struct {
 
 	// WorkspaceReserve is the free space of the workspace's file system
 	// that the file tools leave alone (for the store, when they share it).
-	WorkspaceReserve ByteSize `env:"TOOLSVC_WORKSPACE_RESERVE" envDefault:"64MiB" desc:"free space of the workspace's file system that fs__write, fs__edit and new instance directories leave alone (E_TOOL beyond); 0 keeps none"`
+	WorkspaceReserve ByteSize `env:"TOOLSVC_WORKSPACE_RESERVE" envDefault:"64MiB" desc:"free space of the workspace's file system that fs__write, fs__edit and new instance directories leave alone (E_TOOL beyond); 0 keeps none; on a file system smaller than twice it, a tenth of its size"`
 
 	FSMaxReadBytes    int64 `env:"TOOLSVC_FS_MAX_READ_BYTES" envDefault:"1048576" desc:"most bytes one fs__read returns"`
 	FSMaxWriteBytes   int64 `env:"TOOLSVC_FS_MAX_WRITE_BYTES" envDefault:"4194304" desc:"largest file fs__write/fs__edit writes"`

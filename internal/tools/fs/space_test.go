@@ -8,10 +8,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/tools/workspace"
 )
 
 // mountFS mounts a file system of type fstype (with options) at
@@ -254,5 +256,33 @@ func TestUnreservedWriteSaysWhatIsLeft(t *testing.T) {
 		if err != nil || !bytes.Equal(got, want) {
 			t.Errorf("%s changed: %d bytes, want %d (%v)", name, len(got), len(want), err)
 		}
+	}
+}
+
+// TestReserveOnASmallVolumeOfItsOwn: with the workspace on a 32 MiB volume
+// of its own, the default 64 MiB reserve refused every write ("has
+// 33554432 bytes free … less than the 67108864 kept free"). A reserve of
+// half the file system or more keeps a tenth of it instead.
+func TestReserveOnASmallVolumeOfItsOwn(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root; run as root (as CI does) to run this test")
+	}
+	dir := t.TempDir()
+	base := mountFS(t, dir, "ws", "tmpfs", "size="+strconv.Itoa(8<<20)+",mode=0750")
+	ws, err := workspace.New(base, workspace.Options{Reserve: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	reg, err := registry.New(registry.Defaults{Timeout: 30 * time.Second, MaxOutputBytes: 16384, ErrorMessageLimit: 1000}, Tools(Options{Workspace: ws, MaxWriteBytes: 8 << 20})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, tmp: dir, base: base, exec: registry.NewExecutor(registry.Options{Registry: reg})}
+	e.ok("", "fs__write", map[string]any{"path": "a.txt", "content": "hello"}, nil)
+	// 7.5 MiB would leave less than a tenth of the 8 MiB.
+	err2 := e.fail("", "fs__write", map[string]any{"path": "big.bin", "content": string(fill(7<<20+512<<10, 1))})
+	if err2.Code != registry.CodeTool || !strings.Contains(err2.Message, "TOOLSVC_WORKSPACE_RESERVE") || !strings.Contains(err2.Message, "838860 kept free") {
+		t.Errorf("a write into the tenth kept free: %s %q", err2.Code, err2.Message)
 	}
 }

@@ -44,20 +44,20 @@ func fileID(fi fs.FileInfo) (dev, ino uint64) {
 
 // freeSpace returns the bytes free to unprivileged users and the inodes
 // free on dir's file system; inodes is -1 when it does not count them.
-func freeSpace(dir *os.File) (bytes, inodes int64, ok bool) {
+func freeSpace(dir *os.File) (bytes, inodes, size int64, ok bool) {
 	rc, err := dir.SyscallConn()
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	var st unix.Statfs_t
 	if err := rc.Control(func(fd uintptr) {
 		ok = unix.Fstatfs(int(fd), &st) == nil
 	}); err != nil || !ok {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	inodes = -1
 	if st.Files > 0 {
 		inodes = int64(min(st.Ffree, 1<<62))
 	}
-	return int64(min(st.Bavail*uint64(st.Bsize), 1<<62)), inodes, true
+	return int64(min(st.Bavail*uint64(st.Bsize), 1<<62)), inodes, int64(min(st.Blocks*uint64(st.Bsize), 1<<62)), true
 }

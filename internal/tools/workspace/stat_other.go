@@ -14,4 +14,4 @@ func statAt(*os.File, string, uint64, uint64) bool { return false }
 func fileID(fs.FileInfo) (dev, ino uint64) { return 0, 0 }
 
 // freeSpace cannot tell here: no reserve is kept.
-func freeSpace(*os.File) (bytes, inodes int64, ok bool) { return 0, 0, false }
+func freeSpace(*os.File) (bytes, inodes, size int64, ok bool) { return 0, 0, 0, false }

@@ -76,7 +76,8 @@ type Options struct {
 	// Reserve is the free space of the workspace's file system that the
 	// file tools leave to others (the store, when it shares the file
 	// system): a write, or a new directory, that would leave less free is
-	// refused (see Room). 0 reserves nothing.
+	// refused (see Room). 0 reserves nothing. A reserve of half the file
+	// system's size or more keeps a tenth of it instead.
 	Reserve int64
 }
 
@@ -149,15 +150,22 @@ func (w *Workspace) Room(need, inodes int64) error {
 	if w.reserve <= 0 || need <= 0 && inodes <= 0 {
 		return nil // nothing is taken
 	}
-	freeBytes, freeInodes, ok := freeSpace(w.dir)
+	freeBytes, freeInodes, size, ok := freeSpace(w.dir)
 	if !ok {
 		return nil
 	}
-	if freeInodes >= 0 && freeInodes-inodes < minFreeInodes {
-		return &NoRoomError{Free: freeBytes, Need: need, Reserve: w.reserve, Inodes: true}
+	reserve := w.reserve
+	if reserve >= size/2 {
+		// A small file system of the workspace's own (a 32 MiB volume
+		// under the 64 MiB default) would take no write at all: a tenth
+		// of it is kept instead.
+		reserve = size / 10
 	}
-	if freeBytes-need < w.reserve {
-		return &NoRoomError{Free: freeBytes, Need: need, Reserve: w.reserve}
+	if freeInodes >= 0 && freeInodes-inodes < minFreeInodes {
+		return &NoRoomError{Free: freeBytes, Need: need, Reserve: reserve, Inodes: true}
+	}
+	if freeBytes-need < reserve {
+		return &NoRoomError{Free: freeBytes, Need: need, Reserve: reserve}
 	}
 	return nil
 }
