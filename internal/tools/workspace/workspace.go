@@ -98,7 +98,7 @@ func New(dir string, o Options) (*Workspace, error) {
 	empty, err := openEmpty(abs)
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("workspace: %s: %w", emptyDir, err)
+		return nil, fmt.Errorf("workspace: %s cannot be written by this process (uid %d): %w; make it writable by that user, or set TOOLSVC_WORKSPACE to a directory that is", abs, os.Getuid(), err)
 	}
 	return &Workspace{base: abs, dir: f, empty: &entry{root: empty, refs: 1}, cache: map[string]*entry{}, reserve: o.Reserve}, nil
 }

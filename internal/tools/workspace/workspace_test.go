@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -247,4 +248,20 @@ func openFDs(t *testing.T) int {
 		t.Skip("no /proc/self/fd")
 	}
 	return len(entries)
+}
+
+// TestUnwritableWorkspaceSaysSo: a workspace volume the service's user
+// cannot write stopped the start with "workspace: .empty: mkdirat .empty:
+// permission denied", naming neither the directory nor the user. An
+// immutable directory (chattr +i) refuses new entries even to root.
+func TestUnwritableWorkspaceSaysSo(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("chattr", "+i", dir).CombinedOutput(); err != nil {
+		t.Skipf("chattr +i is not available here (%v: %s)", err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", dir).Run() })
+	_, err := New(dir, Options{})
+	if err == nil || !strings.Contains(err.Error(), "workspace: "+dir+" cannot be written by this process (uid ") || !strings.Contains(err.Error(), "TOOLSVC_WORKSPACE") {
+		t.Errorf("New: %v", err)
+	}
 }
