@@ -44,7 +44,8 @@ type Workspace struct {
 	base string
 	// dir is the workspace root, open for the cache's lookups.
 	dir *os.File
-	// empty is the directory Peek gives for one that does not exist.
+	// empty is the directory Peek gives for one that does not exist; nil
+	// when it could not be made.
 	empty *entry
 
 	// reserve is Options.Reserve.
@@ -95,12 +96,13 @@ func New(dir string, o Options) (*Workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
-	empty, err := openEmpty(abs)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("workspace: %s cannot be written by this process (uid %d): %w; make it writable by that user, or set TOOLSVC_WORKSPACE to a directory that is", abs, os.Getuid(), err)
+	w := &Workspace{base: abs, dir: f, cache: map[string]*entry{}, reserve: o.Reserve}
+	// A workspace the service cannot write (a read-only mount of files to
+	// read) has no empty directory: Peek then opens as Open does.
+	if empty, err := openEmpty(abs); err == nil {
+		w.empty = &entry{root: empty, refs: 1}
 	}
-	return &Workspace{base: abs, dir: f, empty: &entry{root: empty, refs: 1}, cache: map[string]*entry{}, reserve: o.Reserve}, nil
+	return w, nil
 }
 
 // emptyDir is the name of the empty directory beneath the root.
@@ -177,7 +179,9 @@ func (w *Workspace) Close() error {
 	for _, e := range w.cache {
 		w.uncacheLocked(e)
 	}
-	w.releaseLocked(w.empty)
+	if w.empty != nil {
+		w.releaseLocked(w.empty)
+	}
 	w.mu.Unlock()
 	return w.dir.Close()
 }
@@ -267,6 +271,9 @@ func (w *Workspace) Open(o Owner, key string) (*Dir, error) {
 // that is never written, so a caller that only reads cannot fill the
 // workspace with directories of made-up instance keys.
 func (w *Workspace) Peek(o Owner, key string) (*Dir, error) {
+	if w.empty == nil {
+		return w.open(o, key, true)
+	}
 	d, err := w.open(o, key, false)
 	if !errors.Is(err, fs.ErrNotExist) {
 		return d, err

@@ -250,18 +250,37 @@ func openFDs(t *testing.T) int {
 	return len(entries)
 }
 
-// TestUnwritableWorkspaceSaysSo: a workspace volume the service's user
-// cannot write stopped the start with "workspace: .empty: mkdirat .empty:
-// permission denied", naming neither the directory nor the user. An
-// immutable directory (chattr +i) refuses new entries even to root.
-func TestUnwritableWorkspaceSaysSo(t *testing.T) {
+// TestReadOnlyWorkspaceStillReads: a workspace the service cannot write
+// (files mounted read-only for reading tools) has no room for .empty; it
+// still opens, and Peek finds what is there. An immutable directory
+// (chattr +i) refuses new entries even to root.
+func TestReadOnlyWorkspaceStillReads(t *testing.T) {
 	dir := t.TempDir()
+	owner := Owner{CallerID: "reader"}
+	if err := os.MkdirAll(filepath.Join(dir, "callers", "reader", "default"), 0o750); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := exec.Command("chattr", "+i", dir).CombinedOutput(); err != nil {
 		t.Skipf("chattr +i is not available here (%v: %s)", err, out)
 	}
 	t.Cleanup(func() { exec.Command("chattr", "-i", dir).Run() })
-	_, err := New(dir, Options{})
-	if err == nil || !strings.Contains(err.Error(), "workspace: "+dir+" cannot be written by this process (uid ") || !strings.Contains(err.Error(), "TOOLSVC_WORKSPACE") {
-		t.Errorf("New: %v", err)
+	w, err := New(dir, Options{})
+	if err != nil {
+		t.Fatalf("New on a read-only workspace: %v", err)
 	}
+	defer w.Close()
+	d, err := w.Peek(owner, "")
+	if err != nil {
+		t.Fatalf("Peek of an existing directory: %v", err)
+	}
+	d.Close()
+	// Without .empty, Peek opens as Open does.
+	if w.empty != nil {
+		t.Fatal("an empty directory was made in an immutable workspace")
+	}
+	d, err = w.Peek(Owner{CallerID: "other"}, "")
+	if err != nil {
+		t.Fatalf("Peek without .empty: %v", err)
+	}
+	d.Close()
 }
