@@ -137,15 +137,31 @@ func problemFor(err error) *Problem {
 }
 
 // storeFailed is the problem of a store that failed, with outcome (what
-// did not happen) in its detail: out of disk space, which only an
-// operator can cure, or not answering.
+// did not happen) in its detail: out of disk space or unable to write its
+// files, which only an operator can cure, or not answering.
 func storeFailed(err error, outcome string) *Problem {
 	if errors.Is(err, registry.ErrStoreFull) {
 		p := problem(kindUnavailable, "the call store is out of disk space"+outcome+"; retry once an operator has freed space").because(err)
-		p.RetryAfter = 30
+		p.RetryAfter = operatorRetryAfter
+		return p
+	}
+	if errors.Is(err, registry.ErrStoreBroken) {
+		p := problem(kindUnavailable, "the call store needs an operator: its database cannot be written (its file was deleted, replaced or made unwritable, or the disk fails)"+outcome+
+			"; retrying shortly does not help: retry once an operator has repaired the store or restarted the service").because(err)
+		p.RetryAfter = operatorRetryAfter
 		return p
 	}
 	return problem(kindUnavailable, "the call store is not answering"+outcome+"; retry shortly").because(err)
+}
+
+// operatorRetryAfter is the Retry-After, in seconds, of a store failure
+// that only an operator can cure.
+const operatorRetryAfter = 30
+
+// needsOperator reports whether err is a store failure that only an
+// operator can cure, which /readyz reports too.
+func needsOperator(err error) bool {
+	return errors.Is(err, registry.ErrStoreFull) || errors.Is(err, registry.ErrStoreBroken)
 }
 
 // clientLeft reports whether r's client went away: net/http cancels a
@@ -188,6 +204,12 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, err error)
 		// Shutting down is what the operator asked for: each call it
 		// refuses is worth a line, not an error to page about.
 		s.deps.Logger.InfoContext(r.Context(), "refused while draining", "path", path, "requestId", requestIDFrom(r.Context()))
+	case p.Status == http.StatusServiceUnavailable && needsOperator(err):
+		// A full disk or a store that cannot write refuses every call
+		// until an operator acts, and /readyz says so: a line per call
+		// at error level (thousands a second under load) pages nobody
+		// more than the first did.
+		s.deps.Logger.WarnContext(r.Context(), "request failed", "error", err, "path", path, "requestId", requestIDFrom(r.Context()))
 	case p.Status >= 500:
 		s.deps.Logger.ErrorContext(r.Context(), "request failed", "error", err, "path", path, "requestId", requestIDFrom(r.Context()))
 	case p.Err != nil:

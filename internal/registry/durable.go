@@ -54,6 +54,16 @@ func (e *Executor) recall(ctx context.Context, f *flight) error {
 	case errors.Is(err, ErrNotFound):
 		return nil
 	}
+	return storeFailed(err)
+}
+
+// storeFailed is unavailable(err), keeping an ErrStoreBroken in err
+// visible to errors.Is as unavailable keeps an ErrStoreFull: the answer
+// then says that an operator must act, not to retry shortly.
+func storeFailed(err error) error {
+	if errors.Is(err, ErrStoreBroken) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	return unavailable(err)
 }
 
@@ -81,7 +91,7 @@ func (e *Executor) record(ctx context.Context, f *flight) error {
 			Arguments: f.args, Context: f.call.Context, State: CallRunning, TraceID: traceID(ctx),
 		})
 		if err != nil {
-			return unavailable(err)
+			return storeFailed(err)
 		}
 		if created {
 			f.recorded = true
@@ -92,7 +102,7 @@ func (e *Executor) record(ctx context.Context, f *flight) error {
 			// An earlier attempt asked for approval but could not file the
 			// request, and the policy now allows the call: it runs instead.
 			if err := e.withdraw(ctx, f, rec.ApprovalID); err != nil {
-				return unavailable(err)
+				return storeFailed(err)
 			}
 			err = errWithdrawn // look again: gone, or filed after all
 		}
@@ -122,7 +132,7 @@ func (e *Executor) replay(ctx context.Context, f *flight, rec *CallRecord) error
 		case errors.Is(err, ErrNotFound):
 			return errUnfiled
 		case err != nil:
-			return unavailable(err)
+			return storeFailed(err)
 		}
 	}
 	if rec.State == CallRunning {
@@ -140,7 +150,7 @@ func (e *Executor) replay(ctx context.Context, f *flight, rec *CallRecord) error
 			f.res = &Result{ToolCallID: rec.ToolCallID, ToolName: rec.ToolName, Status: StatusRunning}
 			return errAnswered
 		default:
-			return unavailable(err)
+			return storeFailed(err)
 		}
 	}
 	if rec.Result == nil {
@@ -173,7 +183,7 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 		ApprovalID: a.ID, ExpiresAt: a.ExpiresAt, TraceID: traceID(ctx),
 	})
 	if err != nil {
-		return unavailable(err)
+		return storeFailed(err)
 	}
 	if !created {
 		if err := e.replay(ctx, f, rec); !errors.Is(err, errUnfiled) {
@@ -210,7 +220,7 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 		if created {
 			_ = e.withdraw(ctx, f, a.ID) // logged; a retry files the request
 		}
-		return unavailable(err)
+		return storeFailed(err)
 	}
 	e.log.Info("approval requested", "approvalId", a.ID, "caller", f.caller.ID, "tool", f.tool.Name, "rule", f.decision.Rule, "expiresAt", a.ExpiresAt)
 	NotifyApproval(e.observer, EventApprovalRequested, a, now)
@@ -330,12 +340,40 @@ func traceID(ctx context.Context) string {
 // take is held and retried with the results (RetryRecords).
 func (e *Executor) audit(ctx context.Context, entry *AuditEntry) {
 	if err := e.store.AppendAudit(context.WithoutCancel(ctx), entry); err != nil {
-		e.log.Error("store: appending to the audit trail failed; retrying in the background", "toolCallId", entry.ToolCallID, "error", err)
-		if !e.backlog.holdAudit(entry) {
-			e.log.Error("store: record backlog is full; audit entry dropped", "toolCallId", entry.ToolCallID, "event", entry.Event)
-		}
-		e.metrics.setBacklog(e.backlog.len())
+		e.auditFailed(entry, err)
 	}
+}
+
+// queueAudit is audit without the wait, where the store can queue the
+// entry (AuditQueuer): the entry is in line before queueAudit returns, so
+// the writes that follow (the result of the call an approval runs) land
+// after it, and what follows need not wait for a store that does not
+// answer twice, once for the entry and once for the result. wait returns
+// once the entry's outcome is known (held for RetryRecords when the store
+// did not take it).
+func (e *Executor) queueAudit(ctx context.Context, entry *AuditEntry) (wait func()) {
+	q, ok := e.store.(AuditQueuer)
+	if !ok {
+		e.audit(ctx, entry)
+		return func() {}
+	}
+	done := make(chan struct{})
+	q.QueueAudit(context.WithoutCancel(ctx), entry, func(err error) {
+		if err != nil {
+			e.auditFailed(entry, err)
+		}
+		close(done)
+	})
+	return func() { <-done }
+}
+
+// auditFailed holds an entry the store did not take, for RetryRecords.
+func (e *Executor) auditFailed(entry *AuditEntry, err error) {
+	e.log.Error("store: appending to the audit trail failed; retrying in the background", "toolCallId", entry.ToolCallID, "error", err)
+	if !e.backlog.holdAudit(entry) {
+		e.log.Error("store: record backlog is full; audit entry dropped", "toolCallId", entry.ToolCallID, "event", entry.Event)
+	}
+	e.metrics.setBacklog(e.backlog.len())
 }
 
 // ErrNoStore means the executor keeps no state, so there are no approvals
@@ -355,22 +393,22 @@ func (e *Executor) decideApproval(ctx context.Context, approver *Caller, id stri
 	if e.store == nil {
 		return nil, nil, ErrNoStore
 	}
-	a, won, err := e.store.DecideApproval(ctx, id, v, approver.ID, reason, e.now())
+	now := e.now()
+	a, won, err := e.store.DecideApproval(ctx, id, v, approver.ID, reason, now)
 	if err != nil {
+		if v == VerdictApprove && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrStoreFull) && !errors.Is(err, ErrStoreBroken) {
+			// The decision may have committed all the same (the store's
+			// answer was lost: a deadline, a cut connection), and then its
+			// call waits, running under this replica, for a run that would
+			// never come. (A store out of space or broken committed
+			// nothing.)
+			go e.settleDecision(context.WithoutCancel(ctx), approver, id, now, event)
+		}
 		return nil, nil, err
 	}
 	if won {
-		effect := Allow
-		if v == VerdictDeny {
-			effect = Deny
-		}
-		e.audit(ctx, &AuditEntry{
-			Time: e.now(), Event: event, CallerID: approver.ID, ToolCallID: a.ToolCallID, ToolName: a.ToolName,
-			Tier: a.Tier, Decision: effect, Rule: a.Rule, ArgumentsDigest: a.ArgumentsDigest,
-			Issuer: approver.Issuer, Subject: approver.Subject,
-		})
-		e.log.Info("approval decided", "approvalId", id, "decision", string(v), "by", approver.ID, "event", event, "tool", a.ToolName)
-		NotifyApproval(e.observer, EventApprovalDecided, a, e.now())
+		wait := e.decided(ctx, approver, a, v, event)
+		defer wait()
 		if v == VerdictApprove {
 			return a, e.resume(ctx, a), nil
 		}
@@ -402,6 +440,76 @@ func (e *Executor) decideApproval(ctx context.Context, approver *Caller, id stri
 		return a, nil, err
 	}
 	return a, rec.Result, nil
+}
+
+// decided audits, logs and announces the decision that won request a;
+// the audit entry is queued, and wait waits for it.
+func (e *Executor) decided(ctx context.Context, approver *Caller, a *Approval, v Verdict, event string) (wait func()) {
+	effect := Allow
+	if v == VerdictDeny {
+		effect = Deny
+	}
+	wait = e.queueAudit(ctx, &AuditEntry{
+		Time: e.now(), Event: event, CallerID: approver.ID, ToolCallID: a.ToolCallID, ToolName: a.ToolName,
+		Tier: a.Tier, Decision: effect, Rule: a.Rule, ArgumentsDigest: a.ArgumentsDigest,
+		Issuer: approver.Issuer, Subject: approver.Subject,
+	})
+	e.log.Info("approval decided", "approvalId", a.ID, "decision", string(v), "by", approver.ID, "event", event, "tool", a.ToolName)
+	NotifyApproval(e.observer, EventApprovalDecided, a, e.now())
+	return wait
+}
+
+// settleFor bounds how long settleDecision tries to learn the outcome of
+// a decision: longer than a running record's lease (30 s) and a store
+// deadline besides, after which no lost decision can be adopted.
+const settleFor = time.Minute
+
+// settleDecision finds out whether an approval whose answer was lost (its
+// approver was answered 503) committed after all, and if so runs its call.
+// Such a decision moved the call's record to running, owned by this
+// replica, but nothing ran the call or renewed its lease: it lapsed to
+// E_INTERRUPTED ("whether its side effects happened is unknown") a lease
+// later, for a call that never ran, and approvers' retries waited for it.
+// The store adopts the record only while it is still the one the decision
+// wrote (see DecisionAdopter); then the call runs as the decision's winner
+// would have run it, and a retry of the approver, here or on another
+// replica, waits for its result. The request reading pending means the
+// decision has not committed, or not yet: it is looked at again, with
+// backoff, for settleFor. A service that is draining starts no call.
+func (e *Executor) settleDecision(ctx context.Context, approver *Caller, id string, decidedAt time.Time, event string) {
+	ad, ok := e.store.(DecisionAdopter)
+	if !ok {
+		return
+	}
+	delay := 100 * time.Millisecond
+	for end := time.Now().Add(settleFor); ; {
+		if e.isDraining() {
+			return
+		}
+		a, adopted, err := ad.AdoptDecision(ctx, id, approver.ID, decidedAt)
+		switch {
+		case adopted:
+			e.log.Warn("store: an approval was recorded though the store's answer was lost (its approver was answered 503); running the call now",
+				"approvalId", id, "by", approver.ID, "caller", a.CallerID, "toolCallId", a.ToolCallID, "tool", a.ToolName)
+			wait := e.decided(ctx, approver, a, VerdictApprove, event)
+			e.resume(ctx, a)
+			wait()
+			return
+		case err != nil:
+		case a == nil || a.Status != ApprovalPending:
+			if a != nil && a.Status == ApprovalApproved && a.DecidedBy == approver.ID && a.DecidedAt.Equal(decidedAt.Truncate(time.Microsecond)) {
+				e.log.Warn("store: an approval was recorded though the store's answer was lost, but its call's record no longer waits to run here (it lapsed, or was ended elsewhere)",
+					"approvalId", id, "by", approver.ID, "caller", a.CallerID, "toolCallId", a.ToolCallID)
+			}
+			return
+		}
+		if time.Now().After(end) {
+			e.log.Warn("store: could not learn whether an approval whose answer was lost was recorded", "approvalId", id, "by", approver.ID, "error", err)
+			return
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 5*time.Second)
+	}
 }
 
 // resume runs an approved call through the pipeline from where it was

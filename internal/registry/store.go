@@ -11,6 +11,12 @@ import (
 // ErrNotFound means the store holds no record under the key or id asked for.
 var ErrNotFound = errors.New("not found")
 
+// ErrStoreBroken means the store cannot take writes until an operator acts
+// (its database file was deleted or replaced under the service, or cannot
+// be written: an I/O error, a read-only or corrupted file), so retrying
+// shortly does not help.
+var ErrStoreBroken = errors.New("the call store needs an operator")
+
 // CallState is where a stored call stands.
 type CallState string
 
@@ -406,4 +412,30 @@ func ApprovalExpiredResult(toolCallID, toolName string) *Result {
 // being withdrawn at the same moment.
 type ApprovalRefiler interface {
 	RefileApproval(ctx context.Context, a *Approval) error
+}
+
+// DecisionAdopter is what a Store may offer for a decision whose answer
+// was lost: DecideApproval may have committed (its call's record moved to
+// running, owned by this store) although it returned an error, and then
+// nothing runs the call or renews its lease.
+type DecisionAdopter interface {
+	// AdoptDecision looks for the decision approver by made on request id
+	// at decidedAt (the now given to DecideApproval). When the request
+	// reads approved by that very decision, and its call's record is
+	// running under it, owned by this store, within its lease and not
+	// leased here, it leases the record as DecideApproval would have and
+	// returns the request with adopted true: the caller runs the call.
+	// Otherwise it changes nothing and returns the request as it stands
+	// (nil when there is none) with adopted false; a request still
+	// pending means the decision has not committed, or not yet.
+	AdoptDecision(ctx context.Context, id, by string, decidedAt time.Time) (a *Approval, adopted bool, err error)
+}
+
+// AuditQueuer is what a Store may offer for appending an audit entry
+// without waiting for it: QueueAudit puts e in line for the store's next
+// write before it returns, so writes made after it (a call's FinishCall)
+// land after it, and calls done with what AppendAudit would have returned
+// once that is known, on a goroutine of its own.
+type AuditQueuer interface {
+	QueueAudit(ctx context.Context, e *AuditEntry, done func(error))
 }

@@ -129,14 +129,36 @@ func (c *Committer[T]) Do(ctx context.Context, size int, fn func(ctx context.Con
 // settle (when not nil) is called with it once the transaction has ended
 // (nil: fn's writes committed), on a goroutine of its own.
 func (c *Committer[T]) DoOrSettle(ctx context.Context, size int, fn func(ctx context.Context, tx T) error, settle func(error)) error {
-	if err := ctx.Err(); err != nil {
+	op, err := c.enqueue(ctx, size, fn)
+	if err != nil {
 		return err
+	}
+	return c.await(ctx, op, settle)
+}
+
+// Queue is Do without the wait: fn joins the queue before Queue returns,
+// so a write queued after it, by Queue or Do, commits in the same
+// transaction as it (after it) or in a later one; done is called with
+// what Do would have returned, on a goroutine of its own.
+func (c *Committer[T]) Queue(ctx context.Context, size int, fn func(ctx context.Context, tx T) error, done func(error)) {
+	op, err := c.enqueue(ctx, size, fn)
+	if err != nil {
+		go done(err)
+		return
+	}
+	go func() { done(c.await(ctx, op, nil)) }()
+}
+
+// enqueue puts fn in the queue and wakes the committer.
+func (c *Committer[T]) enqueue(ctx context.Context, size int, fn func(ctx context.Context, tx T) error) (*commitOp[T], error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	op := &commitOp[T]{ctx: ctx, fn: fn, size: size, done: make(chan error, 1)}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return ErrCommitterClosed
+		return nil, ErrCommitterClosed
 	}
 	c.queue = append(c.queue, op)
 	c.mu.Unlock()
@@ -144,6 +166,11 @@ func (c *Committer[T]) DoOrSettle(ctx context.Context, size int, fn func(ctx con
 	case c.wake <- struct{}{}:
 	default:
 	}
+	return op, nil
+}
+
+// await waits for op's outcome as DoOrSettle does.
+func (c *Committer[T]) await(ctx context.Context, op *commitOp[T], settle func(error)) error {
 	select {
 	case err := <-op.done:
 		return err

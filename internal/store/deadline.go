@@ -160,6 +160,18 @@ func (t *deadlined) DecideApproval(ctx context.Context, id string, v registry.Ve
 	return t.s.DecideApproval(ctx, id, v, by, reason, now)
 }
 
+// AdoptDecision implements registry.DecisionAdopter; where s does not,
+// there is nothing to adopt.
+func (t *deadlined) AdoptDecision(ctx context.Context, id, by string, decidedAt time.Time) (*registry.Approval, bool, error) {
+	d, ok := t.s.(registry.DecisionAdopter)
+	if !ok {
+		return nil, false, nil
+	}
+	ctx, cancel := t.ctx(ctx)
+	defer cancel()
+	return d.AdoptDecision(ctx, id, by, decidedAt)
+}
+
 func (t *deadlined) ExpireApprovals(ctx context.Context, now time.Time) (int, error) {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()
@@ -170,6 +182,24 @@ func (t *deadlined) AppendAudit(ctx context.Context, e *registry.AuditEntry) err
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()
 	return t.s.AppendAudit(ctx, e)
+}
+
+// QueueAudit implements registry.AuditQueuer, with AppendAudit on a
+// goroutine of its own where s does not (then without the order).
+func (t *deadlined) QueueAudit(ctx context.Context, e *registry.AuditEntry, done func(error)) {
+	ctx, cancel := t.ctx(ctx)
+	if q, ok := t.s.(registry.AuditQueuer); ok {
+		q.QueueAudit(ctx, e, func(err error) {
+			cancel()
+			done(err)
+		})
+		return
+	}
+	go func() {
+		err := t.s.AppendAudit(ctx, e)
+		cancel()
+		done(err)
+	}()
 }
 
 func (t *deadlined) ListAudit(ctx context.Context, f registry.AuditFilter) ([]*registry.AuditEntry, error) {

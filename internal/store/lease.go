@@ -30,6 +30,20 @@ func (l *Leases) Add(callerID, toolCallID string) {
 	l.mu.Unlock()
 }
 
+// Claim records that this process runs the call of key unless it does
+// already, and reports whether it did not: of two that claim one call,
+// one gets it.
+func (l *Leases) Claim(callerID, toolCallID string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := CallKey{callerID, toolCallID}
+	if _, ok := l.keys[k]; ok {
+		return false
+	}
+	l.keys[k] = struct{}{}
+	return true
+}
+
 // Remove records that the call of key no longer runs here.
 func (l *Leases) Remove(callerID, toolCallID string) {
 	l.mu.Lock()

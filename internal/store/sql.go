@@ -418,6 +418,48 @@ func (s *SQL) DecideApproval(ctx context.Context, id string, v registry.Verdict,
 	return a, won, nil
 }
 
+// AdoptDecision implements registry.DecisionAdopter. The record is still
+// the one the decision moved while it is running under the request, owned
+// by this store and within its lease: only the decision that wins a
+// request moves its record to running, and only FinishCall or an
+// interruption moves it on. The decision is the caller's when the request
+// reads approved by it at decidedAt. Claiming the lease first makes two
+// adoptions of one call (and an adoption of a call that runs here) adopt
+// it once.
+func (s *SQL) AdoptDecision(ctx context.Context, id, by string, decidedAt time.Time) (*registry.Approval, bool, error) {
+	if !storable(id) {
+		return nil, false, nil
+	}
+	a, err := ScanApproval(s.Read.QueryRow(ctx, `SELECT `+ApprovalColumns+` FROM approvals WHERE id = $1`, id))
+	switch {
+	case errors.Is(err, registry.ErrNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	if a.Status != registry.ApprovalApproved || a.DecidedBy != by || !a.DecidedAt.Equal(Micro(decidedAt)) {
+		return EffectiveApproval(a, s.Clock()), false, nil
+	}
+	if !s.Leases.Claim(a.CallerID, a.ToolCallID) {
+		return a, false, nil // it runs here already
+	}
+	var n int64
+	err = s.InTx(ctx, func(tx Tx) error {
+		clock := s.Clock()
+		var err error
+		n, err = tx.Exec(ctx, `UPDATE calls SET expires_at = $1
+			WHERE caller_id = $2 AND tool_call_id = $3
+				AND CASE state WHEN 'running' THEN owner = $4 AND approval_id = $5 AND expires_at > $6 ELSE false END`,
+			s.Time(clock.Add(s.Lease)), a.CallerID, a.ToolCallID, s.ID, a.ID, s.Time(clock))
+		return err
+	})
+	if err != nil || n != 1 {
+		s.Leases.Remove(a.CallerID, a.ToolCallID)
+		return a, false, err
+	}
+	return a, true, nil
+}
+
 // WithdrawCall implements registry.Store. The record goes only while its
 // request is not there: when the request's write committed after all, the
 // record stays, as that request's call.

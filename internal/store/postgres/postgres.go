@@ -861,6 +861,12 @@ func (s *Store) DecideApproval(ctx context.Context, id string, v registry.Verdic
 	return s.sql.DecideApproval(ctx, id, v, by, reason, now)
 }
 
+// AdoptDecision implements registry.DecisionAdopter: a decision whose
+// answer was lost (a deadline, a cut connection) may have committed.
+func (s *Store) AdoptDecision(ctx context.Context, id, by string, decidedAt time.Time) (*registry.Approval, bool, error) {
+	return s.sql.AdoptDecision(ctx, id, by, decidedAt)
+}
+
 // ExpireApprovals implements registry.Store.
 func (s *Store) ExpireApprovals(ctx context.Context, now time.Time) (int, error) {
 	return s.sql.ExpireApprovals(ctx, now)
@@ -881,6 +887,23 @@ func (s *Store) AppendAudit(ctx context.Context, e *registry.AuditEntry) error {
 	}
 	e.ID = id
 	return nil
+}
+
+// QueueAudit implements registry.AuditQueuer.
+func (s *Store) QueueAudit(ctx context.Context, e *registry.AuditEntry, done func(error)) {
+	store.NewAudit(e, s.clock())
+	v := *e // the committer reads its own copy, as in AppendAudit
+	var id int64
+	s.commit.Queue(ctx, 512, func(ctx context.Context, b *pgx.Batch) error {
+		b.Queue(insertAuditSQL+` VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`,
+			auditArgs(&v)...).QueryRow(func(row pgx.Row) error { return row.Scan(&id) })
+		return nil
+	}, func(err error) {
+		if err == nil {
+			e.ID = id
+		}
+		done(err)
+	})
 }
 
 const insertAuditSQL = `INSERT INTO audit (time, event, caller_id, tool_call_id, tool_name, tier, decision, rule,

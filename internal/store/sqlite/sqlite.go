@@ -172,7 +172,7 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 			Lapsed:     `(owner <> $2 OR expires_at <= $1)`,
 			KeepLeased: true,
 		},
-		Read:  runner{s.r},
+		Read:  reader{runner{s.r}, s},
 		Write: runner{s.w},
 		InTx: func(ctx context.Context, fn func(tx store.Tx) error) error {
 			return s.inTx(ctx, func(tx *sql.Tx) error { return fn(runner{tx}) })
@@ -207,29 +207,46 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	return s, nil
 }
 
-// full marks err as registry.ErrStoreFull when SQLite ran out of disk
-// space.
-func full(err error) error {
+// classify marks err as registry.ErrStoreFull when SQLite ran out of disk
+// space, and as registry.ErrStoreBroken when its files cannot be written
+// until an operator acts: an I/O error (a failing disk, a file made
+// immutable), a read-only, corrupted or foreign file. Retrying shortly
+// cures neither; a busy or locked database is not marked.
+func classify(err error) error {
 	var se *sqlite.Error
-	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL {
+	if !errors.As(err, &se) || errors.Is(err, registry.ErrStoreFull) || errors.Is(err, registry.ErrStoreBroken) {
+		return err
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_FULL:
 		return fmt.Errorf("%w: %w", registry.ErrStoreFull, err)
+	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CANTOPEN:
+		return broken{err}
 	}
 	return err
 }
 
+// broken is an error of a store that cannot take writes until an operator
+// acts: errors.Is finds registry.ErrStoreBroken in it, and it reads as
+// the error it wraps.
+type broken struct{ err error }
+
+func (b broken) Error() string   { return b.err.Error() }
+func (b broken) Unwrap() []error { return []error{b.err, registry.ErrStoreBroken} }
+
 // inTx runs fn in one write transaction.
 func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return full(s.runTx(ctx, fn))
+	return classify(s.runTx(ctx, fn))
 }
 
 func (s *Store) runTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return s.movedOr(err)
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
-		return err
+		return s.movedOr(err)
 	}
 	if err := s.moved(); err != nil {
 		tx.Rollback()
@@ -256,9 +273,30 @@ func (s *Store) moved() error {
 		_, err = os.Stat(db.Name() + "-wal")
 	}
 	if err != nil {
-		return fmt.Errorf("sqlite store: the database file was deleted or replaced while the service ran (%w); nothing written now would survive a restart, so writes are refused: restart the service (it opens the file at %s, or creates it anew)", err, db.Name())
+		return broken{fmt.Errorf("sqlite store: the database file was deleted or replaced while the service ran (%w); nothing written now would survive a restart, so writes are refused: restart the service (it opens the file at %s, or creates it anew)", err, db.Name())}
 	}
 	return nil
+}
+
+// movedOr is the error of a write that failed: the file's deletion or
+// replacement when that is what happened (the statements then fail in
+// other ways first, such as "no such table" once the WAL that held the
+// tables is gone), else err.
+func (s *Store) movedOr(err error) error {
+	if merr := s.moved(); merr != nil {
+		return merr
+	}
+	return err
+}
+
+// failed marks the error of a statement that failed outside inTx as
+// inTx marks a transaction's: a read's, or a group commit's write's (whose
+// own error reaches its caller without passing there).
+func (s *Store) failed(err error) error {
+	if err == nil {
+		return nil
+	}
+	return classify(s.movedOr(err))
 }
 
 // runner runs the shared statements (store.Tx) on the database or a
@@ -274,7 +312,7 @@ type runner struct {
 func (c runner) Exec(ctx context.Context, q string, args ...any) (int64, error) {
 	r, err := c.q.ExecContext(ctx, q, args...)
 	if err != nil {
-		return 0, full(err)
+		return 0, classify(err)
 	}
 	return r.RowsAffected()
 }
@@ -292,6 +330,40 @@ func (c runner) Query(ctx context.Context, q string, args ...any) (store.Rows, e
 }
 
 type rows struct{ *sql.Rows }
+
+// reader is runner on the read pool. When the file was deleted or
+// replaced, a reader that opens the path afresh finds another database,
+// often an empty one ("no such table"); its errors then say what
+// happened, as the writes' do.
+type reader struct {
+	runner
+	s *Store
+}
+
+func (r reader) QueryRow(ctx context.Context, q string, args ...any) store.Row {
+	return readRow{r.runner.QueryRow(ctx, q, args...), r.s}
+}
+
+func (r reader) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
+	rs, err := r.runner.Query(ctx, q, args...)
+	if err != nil {
+		return nil, r.s.failed(err)
+	}
+	return rs, nil
+}
+
+type readRow struct {
+	store.Row
+	s *Store
+}
+
+func (r readRow) Scan(dest ...any) error {
+	err := r.Row.Scan(dest...)
+	if err == nil || errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	return r.s.failed(err)
+}
 
 func (r rows) Close() { _ = r.Rows.Close() }
 
@@ -444,7 +516,7 @@ func (s *Store) BeginCall(ctx context.Context, rec *registry.CallRecord) (*regis
 		}
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, false, s.failed(err)
 	}
 	if existing != nil {
 		return store.EffectiveCall(existing, now), false, nil
@@ -500,7 +572,7 @@ func (s *Store) FinishCall(ctx context.Context, callerID, toolCallID string, res
 		return err
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, false, s.failed(err)
 	}
 	if audit != nil {
 		audit.ID = id
@@ -605,7 +677,7 @@ func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error 
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
 		return fmt.Errorf("sqlite store: approval %s already exists", a.ID)
 	}
-	return err
+	return s.failed(err)
 }
 
 // RefileApproval implements registry.ApprovalRefiler. SQLite runs one
@@ -635,6 +707,11 @@ func (s *Store) DecideApproval(ctx context.Context, id string, v registry.Verdic
 	return s.sql.DecideApproval(ctx, id, v, by, reason, now)
 }
 
+// AdoptDecision implements registry.DecisionAdopter.
+func (s *Store) AdoptDecision(ctx context.Context, id, by string, decidedAt time.Time) (*registry.Approval, bool, error) {
+	return s.sql.AdoptDecision(ctx, id, by, decidedAt)
+}
+
 // ExpireApprovals implements registry.Store.
 func (s *Store) ExpireApprovals(ctx context.Context, now time.Time) (int, error) {
 	return s.sql.ExpireApprovals(ctx, now)
@@ -651,10 +728,27 @@ func (s *Store) AppendAudit(ctx context.Context, e *registry.AuditEntry) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return s.failed(err)
 	}
 	e.ID = id
 	return nil
+}
+
+// QueueAudit implements registry.AuditQueuer.
+func (s *Store) QueueAudit(ctx context.Context, e *registry.AuditEntry, done func(error)) {
+	store.NewAudit(e, s.clock())
+	v := *e // the committer reads its own copy, as in AppendAudit
+	var id int64
+	s.commit.Queue(ctx, 512, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		id, err = s.insertAudit(ctx, tx, &v)
+		return err
+	}, func(err error) {
+		if err == nil {
+			e.ID = id
+		}
+		done(s.failed(err))
+	})
 }
 
 // insertAudit appends v in tx and returns its id.

@@ -58,6 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) registry.Store) {
 		{"WithdrawCall", testWithdrawCall},
 		{"RefileApproval", testRefileApproval},
 		{"DecideMovesOnlyItsOwnCall", testDecideOwnCall},
+		{"AdoptDecisionWhoseAnswerWasLost", testAdoptDecision},
 		{"ApprovalExpiry", testApprovalExpiry},
 		{"ExpireApprovals", testExpireApprovals},
 		{"ListApprovals", testListApprovals},
@@ -899,6 +900,57 @@ func testApprovalApprove(t *testing.T, s registry.Store) {
 	}
 	if _, _, err := s.DecideApproval(ctx, "appr-1", registry.Verdict("maybe"), "x", "", time.Now()); err == nil {
 		t.Error("DecideApproval accepted an unknown verdict")
+	}
+}
+
+// testAdoptDecision: a decision whose answer was lost leaves its call
+// running under this store and not leased, as ReleaseCall leaves it.
+// AdoptDecision adopts that call for the decision that made it, once,
+// and for no other decision; nothing while the request is pending or
+// once the call has moved on.
+func testAdoptDecision(t *testing.T, s registry.Store) {
+	ad, ok := s.(registry.DecisionAdopter)
+	if !ok {
+		t.Skip("the store does not adopt decisions")
+	}
+	ctx := t.Context()
+	rec := pending("alice", "adopt-1", "appr-adopt", time.Now().Add(15*time.Minute))
+	mustBegin(t, s, rec, true)
+	mustCreateApproval(t, s, approvalFor(rec))
+	at := time.Now()
+	if a, adopted, err := ad.AdoptDecision(ctx, "appr-adopt", "oncall", at); err != nil || adopted || a == nil || a.Status != registry.ApprovalPending {
+		t.Fatalf("AdoptDecision before any decision = %+v, %v, %v; want the pending request, not adopted", a, adopted, err)
+	}
+	if _, won, err := s.DecideApproval(ctx, "appr-adopt", registry.VerdictApprove, "oncall", "", at); err != nil || !won {
+		t.Fatalf("DecideApproval = won %v, %v; want won", won, err)
+	}
+	s.ReleaseCall(rec.CallerID, rec.ToolCallID) // as if the decision's answer had been lost
+	before := mustGet(t, s, rec)
+	for _, c := range []struct {
+		by string
+		at time.Time
+	}{{"someone", at}, {"oncall", at.Add(time.Millisecond)}} {
+		if _, adopted, err := ad.AdoptDecision(ctx, "appr-adopt", c.by, c.at); err != nil || adopted {
+			t.Errorf("AdoptDecision by %s at %s = %v, %v; want not adopted: another decision made it", c.by, c.at, adopted, err)
+		}
+	}
+	a, adopted, err := ad.AdoptDecision(ctx, "appr-adopt", "oncall", at)
+	if err != nil || !adopted || a.ID != "appr-adopt" || a.ToolCallID != rec.ToolCallID || a.Status != registry.ApprovalApproved {
+		t.Fatalf("AdoptDecision of the lost decision = %+v, %v, %v; want the approved request, adopted", a, adopted, err)
+	}
+	after := mustGet(t, s, rec)
+	if after.State != registry.CallRunning || after.Owner != before.Owner || after.ExpiresAt.Before(before.ExpiresAt) {
+		t.Errorf("adopted record = %+v, want running, owned as before (%s), its lease renewed", after, before.Owner)
+	}
+	if _, adopted, err := ad.AdoptDecision(ctx, "appr-adopt", "oncall", at); err != nil || adopted {
+		t.Errorf("second AdoptDecision = %v, %v; want not adopted: the call runs here already", adopted, err)
+	}
+	mustFinish(t, s, rec, okResult(rec, `{"exitCode":0}`), true)
+	if _, adopted, err := ad.AdoptDecision(ctx, "appr-adopt", "oncall", at); err != nil || adopted {
+		t.Errorf("AdoptDecision of a finished call = %v, %v; want not adopted", adopted, err)
+	}
+	if a, adopted, err := ad.AdoptDecision(ctx, "missing", "oncall", at); err != nil || adopted || a != nil {
+		t.Errorf("AdoptDecision of an unknown request = %+v, %v, %v; want nothing", a, adopted, err)
 	}
 }
 
