@@ -2,12 +2,14 @@ package registry
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -81,4 +83,36 @@ func jsontextError(err error) error {
 		return errors.New(msg)
 	}
 	return err
+}
+
+// SyntaxErrorAt says where in the JSON text b the syntax error se is: the
+// byte offset of the character at fault (len(b) when the text ends too
+// soon), and se's message naming that whole character, where
+// encoding/json names its first byte only ('â' for “).
+func SyntaxErrorAt(b []byte, se *json.SyntaxError) (at int, msg string) {
+	at = min(max(int(se.Offset)-1, 0), len(b))
+	msg = se.Error()
+	if strings.HasPrefix(msg, "unexpected end") {
+		return len(b), msg
+	}
+	if at < len(b) {
+		if c := "invalid character " + quoteByte(b[at]); strings.HasPrefix(msg, c) {
+			r, _ := utf8.DecodeRune(b[at:])
+			msg = "invalid character " + strconv.QuoteRune(r) + msg[len(c):]
+		}
+	}
+	return at, msg
+}
+
+// quoteByte is how encoding/json quotes the byte it names in a syntax
+// error.
+func quoteByte(c byte) string {
+	switch c {
+	case '\'':
+		return `'\''`
+	case '"':
+		return `'"'`
+	}
+	s := strconv.Quote(string(rune(c)))
+	return "'" + s[1:len(s)-1] + "'"
 }

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -410,10 +409,10 @@ func parseJSONL(text string, c *collector) error {
 }
 
 // syntaxError says where the JSON text b, which is not valid, goes wrong:
-// the column (in characters, from 1) and the whole character there, which
-// encoding/json names by its first byte only ('â' for “). json.Compact
-// reports no offset; json.Unmarshal, run again here, does. It also
-// returns the character (0 at the end of the text).
+// the column (in characters, from 1) and the whole character there (see
+// registry.SyntaxErrorAt). json.Compact reports no offset; json.Unmarshal,
+// run again here, does. It also returns the character (0 at the end of
+// the text).
 func syntaxError(b []byte) (string, rune) {
 	var raw json.RawMessage
 	err := json.Unmarshal(b, &raw)
@@ -421,34 +420,12 @@ func syntaxError(b []byte) (string, rune) {
 	if !errors.As(err, &se) {
 		return fmt.Sprint(err), 0
 	}
-	at := min(max(int(se.Offset)-1, 0), len(b))
-	if strings.HasPrefix(se.Error(), "unexpected end") {
-		at = len(b)
-	}
-	col := utf8.RuneCount(b[:at]) + 1
-	msg := se.Error()
+	at, msg := registry.SyntaxErrorAt(b, se)
 	var r rune
 	if at < len(b) {
 		r, _ = utf8.DecodeRune(b[at:])
-		// Name the character, not its first byte.
-		if c := "invalid character " + quoteByte(b[at]); strings.HasPrefix(msg, c) {
-			msg = "invalid character " + strconv.QuoteRune(r) + msg[len(c):]
-		}
 	}
-	return fmt.Sprintf("column %d: %s", col, msg), r
-}
-
-// quoteByte is how encoding/json quotes the byte it names in a syntax
-// error.
-func quoteByte(c byte) string {
-	switch c {
-	case '\'':
-		return `'\''`
-	case '"':
-		return `'"'`
-	}
-	s := strconv.Quote(string(rune(c)))
-	return "'" + s[1:len(s)-1] + "'"
+	return fmt.Sprintf("column %d: %s", utf8.RuneCount(b[:at])+1, msg), r
 }
 
 // interoperableRows checks that the rows on the first lines of text, held

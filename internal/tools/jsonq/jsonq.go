@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -154,8 +153,8 @@ func decode(b []byte) (any, error) {
 }
 
 // syntaxError says where the text b goes wrong: the line and column (in
-// characters, from 1), and the whole character there, which encoding/json
-// names by its first byte only ('â' for “).
+// characters, from 1), and the whole character there (see
+// registry.SyntaxErrorAt).
 func syntaxError(b []byte, err error) error {
 	var se *json.SyntaxError
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
@@ -164,14 +163,7 @@ func syntaxError(b []byte, err error) error {
 	if !errors.As(err, &se) {
 		return err
 	}
-	at := min(max(int(se.Offset)-1, 0), len(b))
-	msg := se.Error()
-	if at < len(b) {
-		if c := "invalid character " + quoteByte(b[at]); strings.HasPrefix(msg, c) {
-			r, _ := utf8.DecodeRune(b[at:])
-			msg = "invalid character " + strconv.QuoteRune(r) + msg[len(c):]
-		}
-	}
+	at, msg := registry.SyntaxErrorAt(b, se)
 	return fmt.Errorf("%s: %s", position(b, at), msg)
 }
 
@@ -180,19 +172,6 @@ func position(b []byte, at int) string {
 	line := bytes.Count(b[:at], []byte{'\n'}) + 1
 	col := utf8.RuneCount(b[bytes.LastIndexByte(b[:at], '\n')+1:at]) + 1
 	return fmt.Sprintf("line %d, column %d", line, col)
-}
-
-// quoteByte is how encoding/json quotes the byte it names in a syntax
-// error.
-func quoteByte(c byte) string {
-	switch c {
-	case '\'':
-		return `'\''`
-	case '"':
-		return `'"'`
-	}
-	s := strconv.Quote(string(rune(c)))
-	return "'" + s[1:len(s)-1] + "'"
 }
 
 func invalid(msg, suggestion string) *registry.Error {
