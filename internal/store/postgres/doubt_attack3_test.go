@@ -26,14 +26,7 @@ func TestBeginCallWhoseAnswerWasLostIsWithdrawn(t *testing.T) {
 	s := open(t, postgres.Options{URL: url, Schema: schema, Lease: lease})
 
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, `SET search_path = `+pgx.Identifier{schema}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
+	conn := schemaConn(t, url, schema)
 	// The insert of a "slow…" record takes a second, whether or not the
 	// client cancels it (as one whose answer was lost on the way), and
 	// says that it committed.
@@ -64,7 +57,7 @@ func TestBeginCallWhoseAnswerWasLostIsWithdrawn(t *testing.T) {
 		}
 		try := fmt.Sprintf("slow-%d", attempt)
 		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		_, _, err = s.BeginCall(short, rec(try))
+		_, _, err := s.BeginCall(short, rec(try))
 		cancel()
 		if err == nil {
 			t.Fatal("BeginCall with a 200ms deadline over a 1s insert succeeded")
@@ -103,4 +96,20 @@ func TestBeginCallWhoseAnswerWasLostIsWithdrawn(t *testing.T) {
 	if _, created, err := s.BeginCall(ctx, rec(id)); err != nil || !created {
 		t.Fatalf("retry: created %v, %v; want a new record", created, err)
 	}
+}
+
+// schemaConn is a connection of its own to the test database, working in
+// schema, closed when the test ends: for what a test does to the database
+// behind the store's back (triggers that slow a commit).
+func schemaConn(t *testing.T, url, schema string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(t.Context(), `SET search_path = `+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }

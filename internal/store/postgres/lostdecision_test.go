@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
@@ -63,14 +61,7 @@ func TestApprovalWhoseAnswerWasLostRuns(t *testing.T) {
 	e, runs := askingExecutor(t, store.WithDeadline(s, 5*time.Second))
 
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, `SET search_path = `+pgx.Identifier{schema}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
+	conn := schemaConn(t, url, schema)
 	// The commit of an approval of a "slow…" call takes a second, whether
 	// or not the client cancels it (as one whose answer was lost).
 	if _, err := conn.Exec(ctx, `CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
