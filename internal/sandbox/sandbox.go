@@ -188,7 +188,7 @@ func New(o Options) (*Sandbox, error) {
 	}
 	s.status = s.computeStatus(probe())
 	if mode == ModeRequired && s.status.LandlockABI < 1 {
-		s.status.Unavailable = fmt.Sprintf("mode required but %s: programs are not run; use a kernel with Landlock enabled, or opt in to running them unconfined with mode best-effort", s.status.Reason)
+		s.status.Unavailable = fmt.Sprintf("mode required but %s: programs are not run; use a kernel with Landlock enabled (in a container, also a seccomp profile that allows the landlock_create_ruleset, landlock_add_rule and landlock_restrict_self system calls: \"function not implemented\" may be the profile, not the kernel), or opt in to running them unconfined with mode best-effort", s.status.Reason)
 	}
 	if o.Logger != nil {
 		o.Logger.Info("sandbox", s.status.LogAttrs()...)

@@ -484,6 +484,10 @@ func TestRequiredWithoutLandlockIsUnusable(t *testing.T) {
 	if s.Status().Unavailable == "" {
 		t.Error("Status does not say why")
 	}
+	// In a container, ENOSYS is as likely the seccomp profile as the kernel.
+	if u := s.Status().Unavailable; !strings.Contains(u, "seccomp profile that allows the landlock_create_ruleset") {
+		t.Errorf("Unavailable does not name the container's seccomp profile: %s", u)
+	}
 	b, err := New(Options{Mode: ModeBestEffort, SelfExe: exe, Probe: none})
 	if err != nil || b.Usable() != nil {
 		t.Errorf("best-effort without Landlock: %v %v", err, b.Usable())
