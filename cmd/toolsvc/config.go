@@ -45,13 +45,13 @@ type Config struct {
 	// tools need; a connection beyond it waits in the listen queue.
 	MaxConnections int `env:"TOOLSVC_MAX_CONNECTIONS" envDefault:"0" desc:"client connections open at once (more wait to be accepted); 0 is half the process's open-file limit"`
 	// MaxConcurrency bounds the calls running at once (429 beyond it);
-	// 0 (the default) is 64 per CPU.
-	MaxConcurrency     int `env:"TOOLSVC_MAX_CONCURRENCY" envDefault:"0" desc:"calls running at once (429 beyond); 0 is 64 per CPU"`
+	// 0 (the default) is 64 per CPU the Go runtime uses.
+	MaxConcurrency     int `env:"TOOLSVC_MAX_CONCURRENCY" envDefault:"0" desc:"calls running at once (429 beyond); 0 is 64 per CPU the Go runtime uses (GOMAXPROCS: a container's CPU limit where one is set)"`
 	MaxToolConcurrency int `env:"TOOLSVC_MAX_TOOL_CONCURRENCY" desc:"calls of one tool running at once, for tools that set no maxConcurrency of their own (429 beyond; empty or 0: only the service-wide limit)"`
 	// ProcessConcurrency bounds the calls of each process-backed tool
 	// (shell__exec, exec tools) running at once; 0 (the default) is 4 per
 	// CPU. A tool's own maxConcurrency wins.
-	ProcessConcurrency int `env:"TOOLSVC_PROCESS_TOOL_CONCURRENCY" envDefault:"0" desc:"calls of each process-backed tool (shell__exec, exec tools) running at once; 0 is 4 per CPU; a tool's own maxConcurrency wins (429 beyond)"`
+	ProcessConcurrency int `env:"TOOLSVC_PROCESS_TOOL_CONCURRENCY" envDefault:"0" desc:"calls of each process-backed tool (shell__exec, exec tools) running at once; 0 is 4 per CPU the Go runtime uses; a tool's own maxConcurrency wins (429 beyond)"`
 	// ToolMemoryLimit is the kernel-enforced memory ceiling of what
 	// evaluates a model-supplied program: the shell interpreter's process
 	// (and the programs it starts) and the worker processes that run
@@ -491,23 +491,25 @@ func (c Config) storeCommitMax() int {
 	return 128
 }
 
-// maxConcurrency is TOOLSVC_MAX_CONCURRENCY, derived from the CPU count
-// when unset.
+// maxConcurrency is TOOLSVC_MAX_CONCURRENCY, derived from the CPUs the Go
+// runtime uses when unset (GOMAXPROCS: a container's CPU limit, where one
+// is set, not the node's cores: 64 cores gave a 2-CPU pod 256 process
+// tools at once).
 func (c Config) maxConcurrency() int {
 	if c.MaxConcurrency > 0 {
 		return c.MaxConcurrency
 	}
-	return 64 * runtime.NumCPU()
+	return 64 * runtime.GOMAXPROCS(0)
 }
 
 // processConcurrency is TOOLSVC_PROCESS_TOOL_CONCURRENCY, derived from the
-// CPU count when unset: starting a sandboxed process costs CPU, so more
+// CPUs the Go runtime uses when unset (see maxConcurrency): starting a sandboxed process costs CPU, so more
 // at once than a few per CPU only queues them in the kernel.
 func (c Config) processConcurrency() int {
 	if c.ProcessConcurrency > 0 {
 		return c.ProcessConcurrency
 	}
-	return 4 * runtime.NumCPU()
+	return 4 * runtime.GOMAXPROCS(0)
 }
 
 // ByteSize is a number of bytes written as 512MiB, 1GiB, 64KB or 1048576.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -26,5 +27,22 @@ func TestAPIKeyFromAFile(t *testing.T) {
 	}
 	if cfg, err := loadConfig([]string{"TOOLSVC_API_KEY="}); err != nil || cfg.APIKey != "" {
 		t.Errorf("empty key: %q, %v", cfg.APIKey, err)
+	}
+}
+
+// TestConcurrencyFollowsGOMAXPROCS: the defaults count the CPUs the Go
+// runtime uses (a container's CPU limit), not the node's cores.
+func TestConcurrencyFollowsGOMAXPROCS(t *testing.T) {
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	cfg, err := loadConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.maxConcurrency(), 64; got != want {
+		t.Errorf("maxConcurrency at GOMAXPROCS 1: %d, want %d", got, want)
+	}
+	if got, want := cfg.processConcurrency(), 4; got != want {
+		t.Errorf("processConcurrency at GOMAXPROCS 1: %d, want %d", got, want)
 	}
 }
