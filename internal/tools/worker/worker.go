@@ -297,6 +297,15 @@ func (p *Pool) failed(w *proc, err error) error {
 	}
 	p.o.Logger.Warn("tool worker died during a call", "limit", p.o.MemoryLimit, "peakRSS", w.peak(), "state", state, "stderr", why, "err", err)
 	switch {
+	case strings.HasSuffix(state, "signal: killed") && !sandbox.OutOfMemory(tail) && w.peak() < p.o.MemoryLimit:
+		// The ceiling makes an allocation fail, which the runtime reports
+		// and exits on; SIGKILL below it came from outside, most often the
+		// kernel's out-of-memory killer of a container with less memory
+		// than the tools may take.
+		return registry.ToolError(
+			fmt.Sprintf("the process running the call was killed (SIGKILL) holding %s, below the tool memory limit of %s (%s): most likely by the kernel's out-of-memory killer, when the container's or the machine's memory ran out",
+				formatBytes(w.peak()), limit, LimitSetting),
+			"Retry later or with a smaller input. If this recurs, the operator should give the service more memory, or lower "+LimitSetting+" or TOOLSVC_TOOL_WORKERS to fit the memory it has.")
 	case strings.Contains(tail, "stack overflow") || strings.Contains(tail, "stack exceeds"):
 		return registry.ToolError(
 			fmt.Sprintf("the call recursed too deeply for the tool memory limit of %s (%s) and was stopped", limit, LimitSetting),

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -323,5 +324,30 @@ func TestPoolSizeBoundsProcesses(t *testing.T) {
 	release()
 	if err := <-held; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the held call: %v", err)
+	}
+}
+
+// TestKilledFromOutsideIsNotBlamedOnTheCeiling: a container with less
+// memory than the tools may take has the kernel kill a worker with
+// SIGKILL well below its ceiling; the error said the call "needed more
+// memory than the tool memory limit of 512 MiB".
+func TestKilledFromOutsideIsNotBlamedOnTheCeiling(t *testing.T) {
+	p := newPool(t, DefaultMemoryLimit)
+	if _, err := call(t, p, context.Background(), "json__query", jq(`1`, `null`)); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	w := p.idle[0]
+	p.mu.Unlock()
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = syscall.Kill(w.cmd.Process.Pid, syscall.SIGKILL)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := call(t, p, ctx, "json__query", jq(`last(range(1e12))`, `null`))
+	var e *registry.Error
+	if !errors.As(err, &e) || !strings.Contains(e.Message, "was killed (SIGKILL)") || !strings.Contains(e.Message, "out-of-memory killer") || strings.Contains(e.Message, "needed more memory") {
+		t.Fatalf("want an error naming a kill from outside, got %v", err)
 	}
 }
