@@ -59,7 +59,7 @@ func (t *tools) delete(ctx context.Context, req *registry.Request) (any, error) 
 	}
 	fi, err := root.Lstat(rel)
 	if err != nil {
-		return nil, fileError(rel, err)
+		return nil, pathError(root, rel, err)
 	}
 	kind := typeName(fi.Mode())
 	if fi.IsDir() {

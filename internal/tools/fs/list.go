@@ -77,7 +77,7 @@ func (t *tools) list(ctx context.Context, req *registry.Request) (any, error) {
 
 	fi, err := root.Lstat(rel)
 	if err != nil {
-		return nil, fileError(rel, err)
+		return nil, pathError(root, rel, err)
 	}
 	res := listResult{Path: rel, Entries: []Entry{}}
 	if !fi.IsDir() {

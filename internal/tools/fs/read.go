@@ -172,7 +172,7 @@ func openError(root *os.Root, rel string, err error, hint string) error {
 				fmt.Sprintf("Delete the link with fs__delete to write a file at %s, or use the path it should lead to.", quoteShort(rel)))
 		}
 	}
-	return fileError(rel, err)
+	return pathError(root, rel, err)
 }
 
 // notRegular is the error for a special file the tools do not open as a

@@ -126,7 +126,7 @@ func (t *tools) search(ctx context.Context, req *registry.Request) (any, error) 
 
 	fi, err := root.Stat(rel)
 	if err != nil {
-		return nil, fileError(rel, err)
+		return nil, pathError(root, rel, err)
 	}
 	if !fi.IsDir() {
 		// A search of one file that cannot be searched says why, where a
