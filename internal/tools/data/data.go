@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -464,6 +465,7 @@ func parseYAML(text string, c *collector) error {
 		}
 		var v any
 		if err == nil {
+			keepAsWritten(&n, false)
 			err = n.Decode(&v)
 		}
 		if err != nil {
@@ -485,6 +487,56 @@ func parseYAML(text string, c *collector) error {
 			return err
 		}
 	}
+}
+
+// exactNumber marks a string that jsonValue writes as a JSON number: YAML
+// text cannot hold a NUL, so no scalar as written starts with it.
+const exactNumber = "\x00number:"
+
+// keepAsWritten retags the scalars of n whose decoded value would lose
+// what the text says: !!binary (decoded to bytes that are seldom text)
+// and integers past 64 bits (decoded to a float that drops digits:
+// 123456789012345678901234567890 came back as 1.2345678901234568e+29).
+// Binary stays the base64 text written; a large integer stays a JSON
+// number with every digit, or, as a mapping key (isKey), its digits.
+// (Dates and times become RFC 3339 strings, by design.)
+func keepAsWritten(n *yaml.Node, isKey bool) {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!binary":
+			n.Tag = "!!str"
+		case "!!int", "!!float":
+			if bigInteger(n.Value) {
+				n.Tag = "!!str"
+				if !isKey {
+					n.Value = exactNumber + strings.TrimPrefix(n.Value, "+")
+				}
+			}
+		}
+	case yaml.MappingNode:
+		for i, c := range n.Content {
+			keepAsWritten(c, i%2 == 0)
+		}
+	default:
+		for _, c := range n.Content {
+			keepAsWritten(c, false)
+		}
+	}
+}
+
+// bigInteger reports whether s is a decimal integer too large for int64
+// and uint64.
+func bigInteger(s string) bool {
+	digits := strings.TrimLeft(s, "+-")
+	if len(digits) < 19 || len(s)-len(digits) > 1 || strings.Trim(digits, "0123456789") != "" {
+		return false
+	}
+	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return false
+	}
+	_, err := strconv.ParseUint(strings.TrimPrefix(s, "+"), 10, 64)
+	return err != nil
 }
 
 func yamlError(doc int, msg string) error {
@@ -657,6 +709,10 @@ func jsonValue(v any) (any, error) {
 		}
 	case []byte:
 		return string(x), nil
+	case string:
+		if n, ok := strings.CutPrefix(x, exactNumber); ok {
+			return json.Number(n), nil
+		}
 	}
 	return v, nil
 }

@@ -356,3 +356,29 @@ func TestDefinition(t *testing.T) {
 		}
 	}
 }
+
+// TestYAMLValuesAsWritten: values the decoder would turn into something
+// else came back changed: 123456789012345678901234567890 as
+// 1.2345678901234568e+29, and !!binary as its decoded bytes, seldom text.
+func TestYAMLValuesAsWritten(t *testing.T) {
+	h := newHarness(t, Options{}, 1<<20)
+	text := "big: 123456789012345678901234567890\n" +
+		"neg: -98765432109876543210\n" +
+		"small: 42\n" +
+		"float: 1.5\n" +
+		"max: 18446744073709551615\n" +
+		"12345678901234567890123: bigkey\n" +
+		"bin: !!binary gIGC\n" +
+		"ref: &r 99999999999999999999999\n" +
+		"again: *r\n"
+	_, rows := h.ok(map[string]any{"format": "yaml", "text": text})
+	for _, want := range []string{
+		`"big":123456789012345678901234567890`, `"neg":-98765432109876543210`, `"small":42`, `"float":1.5`,
+		`"max":18446744073709551615`, `"12345678901234567890123":"bigkey"`,
+		`"bin":"gIGC"`, `"ref":99999999999999999999999`, `"again":99999999999999999999999`,
+	} {
+		if !strings.Contains(rows, want) {
+			t.Errorf("rows lack %s: %s", want, rows)
+		}
+	}
+}
