@@ -630,7 +630,9 @@ func isMerge(k *yaml.Node) bool {
 func keyString(k any) (string, error) {
 	switch k.(type) {
 	case string:
-		return k.(string), nil
+		// A large integer's node marked as a value (keepAsWritten) is a
+		// key where an alias of it is one.
+		return strings.TrimPrefix(k.(string), exactNumber), nil
 	case map[string]any, map[any]any, []any:
 		return "", errors.New("a mapping key is a sequence or a mapping, which a JSON object cannot have")
 	}
@@ -660,6 +662,14 @@ func jsonValue(v any) (any, error) {
 			e, err := jsonValue(e)
 			if err != nil {
 				return nil, err
+			}
+			if plain, ok := strings.CutPrefix(k, exactNumber); ok {
+				// An alias of a large integer as a key (see keyString).
+				if _, dup := x[plain]; dup {
+					return nil, fmt.Errorf("mapping key %q defined twice", plain)
+				}
+				delete(x, k)
+				k = plain
 			}
 			x[k] = e
 		}

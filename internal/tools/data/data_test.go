@@ -370,12 +370,13 @@ func TestYAMLValuesAsWritten(t *testing.T) {
 		"12345678901234567890123: bigkey\n" +
 		"bin: !!binary gIGC\n" +
 		"ref: &r 99999999999999999999999\n" +
-		"again: *r\n"
+		"again: *r\n" +
+		"*r : aliased key\n"
 	_, rows := h.ok(map[string]any{"format": "yaml", "text": text})
 	for _, want := range []string{
 		`"big":123456789012345678901234567890`, `"neg":-98765432109876543210`, `"small":42`, `"float":1.5`,
 		`"max":18446744073709551615`, `"12345678901234567890123":"bigkey"`,
-		`"bin":"gIGC"`, `"ref":99999999999999999999999`, `"again":99999999999999999999999`,
+		`"bin":"gIGC"`, `"ref":99999999999999999999999`, `"again":99999999999999999999999`, `"99999999999999999999999":"aliased key"`,
 	} {
 		if !strings.Contains(rows, want) {
 			t.Errorf("rows lack %s: %s", want, rows)
