@@ -202,20 +202,32 @@ func (c *call) callHandler(ctx context.Context, args []string) ([]string, error)
 	if sb, ok := hc.Stdout.(*strings.Builder); ok && sb.Len() > maxVariableBytes {
 		return nil, c.refuse(substTooLarge()) // builtins writing into $(...)
 	}
-	switch args[0] {
+	// "command eval …" and "builtin eval …" run eval all the same.
+	inner := args
+	for len(inner) > 1 && (inner[0] == "command" || inner[0] == "builtin") {
+		inner = inner[1:]
+		for len(inner) > 1 && strings.HasPrefix(inner[0], "-") {
+			inner = inner[1:]
+		}
+	}
+	switch inner[0] {
 	case "eval":
-		if r := c.checkEval(strings.Join(args[1:], " "), "eval"); r != nil {
+		if r := c.checkEval(strings.Join(inner[1:], " "), "eval"); r != nil {
 			return nil, c.refuse(r)
 		}
 	case "trap":
-		if len(args) > 2 && !strings.HasPrefix(args[1], "-") {
-			if r := c.checkEval(args[1], "trap"); r != nil {
+		targs := inner[1:]
+		if len(targs) > 0 && targs[0] == "--" {
+			targs = targs[1:]
+		}
+		if len(targs) > 1 && !strings.HasPrefix(targs[0], "-") {
+			if r := c.checkEval(targs[0], "trap"); r != nil {
 				return nil, c.refuse(r)
 			}
 		}
 	case "source", ".":
-		if len(args) > 1 {
-			if r := c.checkSource(hc.Dir, args[1]); r != nil {
+		if len(inner) > 1 {
+			if r := c.checkSource(hc.Dir, inner[1]); r != nil {
 				return nil, c.refuse(r)
 			}
 		}

@@ -72,6 +72,10 @@ func TestProcessSubstitutionRefusedAtRunTime(t *testing.T) {
 		". ./lib.sh",
 		"eval 'coproc cat'",
 		"trap 'cat <(echo in-trap)' EXIT; echo done",
+		"command eval 'cat <(echo hi)'",
+		"builtin eval 'cat <(echo hi)'",
+		"command -p eval 'cat <(echo hi)'",
+		"trap -- 'cat <(echo in-trap)' EXIT; echo done",
 	} {
 		res := f.call(map[string]any{"command": cmd}, 0)
 		if res.Code() != registry.CodeTool || !strings.Contains(res.Error.Message, "not supported") {
