@@ -741,3 +741,14 @@ func TestWriteDescriptionGivesTheRequestLimit(t *testing.T) {
 		t.Errorf("with a larger request limit: %s", d)
 	}
 }
+
+// TestStatOfAnInstanceNotMadeYet: fs__stat of "." in a new instance showed
+// mode 0555, as if the workspace could not be written.
+func TestStatOfAnInstanceNotMadeYet(t *testing.T) {
+	e := newEnv(t, Options{}, 16384)
+	var s statResult
+	e.ok("not-made-yet", "fs__stat", map[string]any{"path": "."}, &s)
+	if !s.Exists || s.Type != "dir" || s.Mode != "0750" {
+		t.Errorf("fs__stat . of a new instance: %+v", s)
+	}
+}

@@ -115,9 +115,13 @@ func openEmpty(base string) (*os.Root, error) {
 		return nil, err
 	}
 	defer root.Close()
-	if err := root.Mkdir(emptyDir, 0o555); err != nil && !errors.Is(err, fs.ErrExist) {
+	// The mode of an instance directory: fs__stat of "." shows it for an
+	// instance not made yet (0555 read as a workspace that cannot be
+	// written). Nothing writes here: only Peek hands it out.
+	if err := root.Mkdir(emptyDir, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
+	_ = root.Chmod(emptyDir, 0o750) // made 0555 by an earlier version
 	return openChild(root, emptyDir, nil)
 }
 
