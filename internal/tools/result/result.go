@@ -88,7 +88,7 @@ const schema = `{
     "stream": {"type": "string", "enum": ["output", "stdout", "stderr", "body"], "default": "output", "description": "Which output: stdout or stderr of a process tool, body of an HTTP tool, output otherwise (the marker says which)."},
     "offset": {"type": "integer", "minimum": 0, "maximum": 9007199254740991, "default": 0, "description": "Byte offset to read from (the marker's offset, then nextOffset)."},
     "limit": {"type": "integer", "minimum": 1, "maximum": %d, "default": %d, "description": "Most bytes to return."},
-    "pattern": {"type": "string", "minLength": 1, "maxLength": 1000, "description": "Return only the lines that match this regular expression (RE2 syntax, at most 4096 compiled instructions), e.g. \"(?i)error\"."}
+    "pattern": {"type": "string", "minLength": 1, "maxLength": 1000, "description": "Return only the lines that match this regular expression (RE2 syntax, at most 4096 compiled instructions), e.g. \"(?i)error\". A long line is matched in pieces (64 KiB, less for complex patterns): a match across two pieces is not found, and \\b may match at a piece's edge."}
   }
 }`
 
