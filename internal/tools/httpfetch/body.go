@@ -376,6 +376,15 @@ func (o *output) finish(ctx context.Context, req *registry.Request, b bodySize) 
 	if !b.counted {
 		spill = spillBody(ctx, req, o.raw)
 	}
+	if spill != nil && o.Format == "text" && o.enc != nil {
+		// The body is kept as sent, in its own charset, and result__read
+		// reads text as UTF-8: a model reading on would get U+FFFD (and
+		// for UTF-16, offsets inside characters). Only the operator's
+		// GET /calls/{id}/output, which gives the bytes, reads it.
+		kept := *spill
+		kept.Unreadable = true
+		spill = &kept
+	}
 	o.Truncated, o.TotalBytes = true, b.total
 	req.ReportTruncated(b.total)
 	o.addNote(cutNote(why, b, shown, req.CallID, spill))
