@@ -234,12 +234,7 @@ func mustJSON(s string) string {
 // A call whose context ends kills its worker at once.
 func TestDeadlineKillsTheWorker(t *testing.T) {
 	p := newPool(t, DefaultMemoryLimit)
-	if _, err := call(t, p, context.Background(), "json__query", jq(`1`, `null`)); err != nil {
-		t.Fatal(err)
-	}
-	p.mu.Lock()
-	w := p.idle[0]
-	p.mu.Unlock()
+	w := warmWorker(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	_, err := call(t, p, ctx, "json__query", jq(`last(range(1e12))`, `null`))
@@ -333,12 +328,7 @@ func TestPoolSizeBoundsProcesses(t *testing.T) {
 // memory than the tool memory limit of 512 MiB".
 func TestKilledFromOutsideIsNotBlamedOnTheCeiling(t *testing.T) {
 	p := newPool(t, DefaultMemoryLimit)
-	if _, err := call(t, p, context.Background(), "json__query", jq(`1`, `null`)); err != nil {
-		t.Fatal(err)
-	}
-	p.mu.Lock()
-	w := p.idle[0]
-	p.mu.Unlock()
+	w := warmWorker(t, p)
 	go func() {
 		time.Sleep(300 * time.Millisecond)
 		_ = syscall.Kill(w.cmd.Process.Pid, syscall.SIGKILL)
@@ -350,4 +340,15 @@ func TestKilledFromOutsideIsNotBlamedOnTheCeiling(t *testing.T) {
 	if !errors.As(err, &e) || !strings.Contains(e.Message, "was killed (SIGKILL)") || !strings.Contains(e.Message, "out-of-memory killer") || strings.Contains(e.Message, "needed more memory") {
 		t.Fatalf("want an error naming a kill from outside, got %v", err)
 	}
+}
+
+// warmWorker runs a call on p and returns the idle worker it leaves.
+func warmWorker(t *testing.T, p *Pool) *proc {
+	t.Helper()
+	if _, err := call(t, p, context.Background(), "json__query", jq(`1`, `null`)); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.idle[0]
 }
