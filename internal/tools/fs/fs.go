@@ -199,6 +199,17 @@ func mustBeDir(root *os.Root, p, rel string) error {
 		fmt.Sprintf("Give the path without the final \"/\" to use %s.", quoteShort(rel)))
 }
 
+// fileOnly is mustBeDir for the tools that open files (fs__read,
+// fs__edit): a path written as a directory is refused without opening it,
+// whatever it leads to, so a file swapped in for the directory after the
+// check is not read either.
+func fileOnly(root *os.Root, p, rel string) error {
+	if err := mustBeDir(root, p, rel); err != nil || rel == "." || !namesDir(p) {
+		return err
+	}
+	return registry.ToolError(fmt.Sprintf("%s is a directory, not a file", quoteShort(rel)), "Use fs__list to see what it contains.")
+}
+
 // openDir opens the caller's workspace directory, making it; close the Dir
 // when done, never its Root, which other calls share.
 func (t *tools) openDir(req *registry.Request) (*workspace.Dir, error) {

@@ -80,6 +80,17 @@ func TestPathWrittenAsDirectoryMustBeOne(t *testing.T) {
 	if l.Count != 1 || l.Entries[0].Path != "app/.env" {
 		t.Errorf("fs__list app/: %+v", l)
 	}
+	// fs__read and fs__edit open no path written as a directory, so a
+	// file swapped in after the check is not read either.
+	for _, args := range []map[string]any{{"path": "app/"}, {"path": "app/", "oldText": "a", "newText": "b"}} {
+		tool := "fs__read"
+		if len(args) > 1 {
+			tool = "fs__edit"
+		}
+		if err := e.fail("", tool, args); !strings.Contains(err.Message, `"app" is a directory, not a file`) {
+			t.Errorf("%s app/: %q", tool, err.Message)
+		}
+	}
 	var s statResult
 	e.ok("", "fs__stat", map[string]any{"path": "nothing/"}, &s)
 	if s.Exists {

@@ -65,7 +65,7 @@ func (t *tools) read(ctx context.Context, req *registry.Request) (any, error) {
 	}
 	defer wd.Close()
 	root := wd.Root
-	if err := mustBeDir(root, a.Path, rel); err != nil {
+	if err := fileOnly(root, a.Path, rel); err != nil {
 		return nil, err
 	}
 
