@@ -21,6 +21,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"mvdan.cc/sh/v3/syntax"
 
@@ -569,13 +570,11 @@ func (o *outputs) text(s *stream.Stream, name string, budget int) (string, bool)
 		_, _ = sink.Write([]byte(whole))
 		spill, _ = sink.Close() // a failed spill is logged; the marker says it was not kept
 	}
-	total := int64(len(whole))
-	room := budget - registry.QuotedLen(registry.CutMarker(total, total, o.req.CallID, name, total, spill)) - 4
-	head := whole[:registry.QuotedPrefix(whole, max(room/2, 0))]
-	rest := whole[len(head):]
-	tail := rest[registry.QuotedSuffix(rest, max(room-registry.QuotedLen(head)+2, 0)):]
-	marker := registry.CutMarker(total-int64(len(head)+len(tail)), total, o.req.CallID, name, int64(len(head)), spill)
-	return head + "\n" + marker + "\n" + tail, true
+	mid := len(whole) / 2
+	for mid > 0 && !utf8.RuneStart(whole[mid]) {
+		mid--
+	}
+	return stream.Fit(o.req.CallID, name, whole[:mid], whole[mid:], int64(len(whole)), spill, budget), true
 }
 
 // captured is what the stream's capture holds: all of it when it was not

@@ -53,19 +53,26 @@ func (s *Stream) TextWithin(req *registry.Request, budget int) string {
 		spill, _ = s.sink.Close() // a failed spill is logged; the marker says it was not kept
 	}
 	h, t, omitted := s.Parts()
-	head, tail, total := string(h), string(t), s.Total()
 	if omitted == 0 {
-		return head + tail
+		return string(h) + string(t)
 	}
+	return Fit(req.CallID, s.name, string(h), string(t), s.Total(), spill, budget)
+}
+
+// Fit returns head and tail of a text of total bytes (stream name of the
+// call callID, kept in spill, or not when nil) around the marker of what
+// is left out between them, cut so that it takes at most budget bytes as
+// a JSON string (no bound when budget < 0): the marker first, then head
+// and tail in proportion to their lengths.
+func Fit(callID, name, head, tail string, total int64, spill *registry.SpillInfo, budget int) string {
 	if budget >= 0 {
 		// The marker with the most digits it can have, and its two
 		// newlines, come first.
-		room := budget - registry.QuotedLen(registry.CutMarker(total, total, req.CallID, s.name, total, spill)) - 4
+		room := budget - registry.QuotedLen(registry.CutMarker(total, total, callID, name, total, spill)) - 4
 		headRoom := room * len(head) / max(len(head)+len(tail), 1)
 		head = head[:registry.QuotedPrefix(head, max(headRoom, 0))]
 		tail = tail[registry.QuotedSuffix(tail, max(room-registry.QuotedLen(head)+2, 0)):]
-		omitted = total - int64(len(head)+len(tail))
 	}
-	marker := registry.CutMarker(omitted, total, req.CallID, s.name, int64(len(head)), spill)
+	marker := registry.CutMarker(total-int64(len(head)+len(tail)), total, callID, name, int64(len(head)), spill)
 	return head + "\n" + marker + "\n" + tail
 }
