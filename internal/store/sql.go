@@ -131,11 +131,23 @@ func (s *SQL) Call(ctx context.Context, q Tx, callerID, toolCallID string) (*reg
 	return ScanCall(q.QueryRow(ctx, SelectCallSQL, callerID, toolCallID))
 }
 
-// GetCall implements registry.Store.
+// GetCall implements registry.Store. A running record whose lease has
+// lapsed is ended first, as a waiter ends it (Interrupt), and read again:
+// it reads E_INTERRUPTED at once, not running until the retention sweep
+// comes, and once a reader was told so the owner, were it alive after
+// all, can record nothing else over it.
 func (s *SQL) GetCall(ctx context.Context, callerID, toolCallID string) (*registry.CallRecord, error) {
 	rec, err := s.Call(ctx, s.Read, callerID, toolCallID)
 	if err != nil {
 		return nil, err
+	}
+	if LeaseLapsed(rec, s.Clock()) {
+		if _, err := s.Interrupt(ctx, callerID, toolCallID); err != nil {
+			return nil, err
+		}
+		if rec, err = s.Call(ctx, s.Read, callerID, toolCallID); err != nil {
+			return nil, err
+		}
 	}
 	return EffectiveCall(rec, s.Clock()), nil
 }

@@ -56,7 +56,7 @@ func Wait(ctx context.Context, key string, o WaitOptions) (*registry.CallRecord,
 			cancel()
 			return rec, nil
 		}
-		if rec.State == registry.CallRunning && o.Interrupt != nil && !rec.ExpiresAt.IsZero() && !now().Before(rec.ExpiresAt) {
+		if o.Interrupt != nil && LeaseLapsed(rec, now()) {
 			if err := o.Interrupt(ctx, rec); err != nil {
 				cancel()
 				if ctx.Err() != nil {
