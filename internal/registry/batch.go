@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,7 +56,16 @@ func (o BatchOptions) withDefaults() BatchOptions {
 // the executor drains (Drain), calls not started are not started, and get
 // E_CANCELED results saying that the service is shutting down. When
 // ctx ends, running calls are cancelled and calls not started get
-// E_CANCELED results.
+// E_CANCELED results; so does a call whose tool is not read_only and
+// that ctx cut short, saying whether its tool had started (see cutShort).
+//
+// A call that waits for approval (or is still running, answered from the
+// record of an earlier call with its toolCallId) has not finished: the
+// calls that would start only after it finished (every later call but
+// the read_only ones running alongside it) do not start, and get
+// E_CANCELED results that name it ("not started: call N ... waits for
+// approval ..."). Nothing of them ran, so the batch sent again with the
+// same toolCallIds once that call is done goes on where it stopped.
 //
 // A call that finds no free slot within o.CapacityWait gets an E_CANCELED
 // result saying it did not run. When that happens to every call, so that
@@ -82,16 +92,19 @@ func (e *Executor) ExecuteBatch(ctx context.Context, caller *Caller, calls []*Ca
 			b.notStarted(ctx, i, len(calls))
 			break
 		}
-		if !concurrent(reg, calls[i]) {
-			b.run(ctx, i)
-			i++
-			continue
-		}
 		j := i + 1
-		for j < len(calls) && concurrent(reg, calls[j]) {
-			j++
+		if concurrent(reg, calls[i]) {
+			for j < len(calls) && concurrent(reg, calls[j]) {
+				j++
+			}
+			b.group(ctx, i, j, o.Parallelism)
+		} else {
+			b.run(ctx, i)
 		}
-		b.group(ctx, i, j, o.Parallelism)
+		if k := b.unfinished(i, j); k >= 0 {
+			b.held(k, j, len(calls))
+			break
+		}
 		i = j
 	}
 	results, err := b.finish(o.CapacityWait)
@@ -112,6 +125,11 @@ func concurrent(reg *Registry, c *Call) bool {
 	t, ok := reg.Lookup(c.ToolName)
 	return !ok || t.Tier == ReadOnly
 }
+
+// HeldText is in the message of a call of a batch that did not start
+// because a call before it, which it would have started after, has not
+// finished: it waits for approval, or still runs.
+const HeldText = "would start only after it"
 
 // ConflictText is what the result of a call of a batch says when its
 // toolCallId names an earlier call with another tool or other arguments.
@@ -135,7 +153,7 @@ func (b *batch) run(ctx context.Context, i int) {
 	res, err := b.e.Execute(ctx, b.caller, b.calls[i])
 	switch {
 	case err == nil:
-		b.results[i] = res
+		b.results[i] = b.cutShort(ctx, res)
 	case errors.Is(err, ErrOverloaded), errors.Is(err, ErrUnavailable):
 		b.refused[i] = err
 	case errors.Is(err, ErrConflict):
@@ -197,6 +215,83 @@ func (b *batch) group(ctx context.Context, from, to, n int) {
 		})
 	}
 	wg.Wait()
+}
+
+// cutShort says, in the answer of a call of a tool that is not read_only
+// which was canceled (its E_CANCELED "the call was canceled before it
+// finished"), what that leaves unsaid: whether the tool had started, and
+// so may have made its change part-way, or not, and nothing was executed.
+// Such a call is recorded before its tool starts, and a call canceled
+// before that (it waited for a slot) leaves no record: with a store the
+// record tells, and without one the answer says that it may have started.
+// A record read again by a retry is answered the same way.
+func (b *batch) cutShort(ctx context.Context, res *Result) *Result {
+	canceled := canceledError(context.Background()).Message
+	if res.Code() != CodeCanceled || !strings.HasPrefix(res.Error.Message, canceled) {
+		return res
+	}
+	t, ok := b.e.Registry().Lookup(res.ToolName)
+	if !ok || t.Tier == ReadOnly {
+		return res // no side effects to wonder about
+	}
+	why := ""
+	if cause := strings.TrimPrefix(strings.TrimPrefix(res.Error.Message, canceled), ": "); cause != "" {
+		why = " (" + cause + ")"
+	}
+	e := *res.Error
+	started := 0 // unknown
+	if b.e.store != nil && !t.Nests {
+		switch _, err := b.e.store.GetCall(context.WithoutCancel(ctx), b.caller.ID, res.ToolCallID); {
+		case err == nil:
+			started = 1
+		case errors.Is(err, ErrNotFound):
+			started = -1
+		}
+	}
+	switch started {
+	case 1:
+		e.Message = fmt.Sprintf("stopped: the call was canceled%s while tool %s ran; %s", why, t.Name, EffectsUnknownText)
+		e.Suggestion = "Check whether the change this call was meant to make happened before trying again; a retry needs a new toolCallId."
+	case -1:
+		e.Message = fmt.Sprintf("not started: the call was canceled%s before tool %s started; nothing was executed", why, t.Name)
+		e.Suggestion = "Retry this call: nothing of it ran, so its toolCallId may be used again."
+	default:
+		e.Message = fmt.Sprintf("the call was canceled%s before it finished; tool %s may have started, so %s", why, t.Name, EffectsUnknownText)
+		e.Suggestion = "Check whether the change this call was meant to make happened before trying again."
+	}
+	c := *res // a stored or held result may be shared
+	c.Error = &e
+	return &c
+}
+
+// EffectsUnknownText ends the message of a call stopped while its tool
+// may have been making its change.
+const EffectsUnknownText = "whether its side effects happened is unknown"
+
+// unfinished returns the first of calls[from:to] that waits for approval
+// or is still running, or -1.
+func (b *batch) unfinished(from, to int) int {
+	for k := from; k < to; k++ {
+		if r := b.results[k]; r != nil && (r.Status == StatusPendingApproval || r.Status == StatusRunning) {
+			return k
+		}
+	}
+	return -1
+}
+
+// held answers calls[from:to], which would start only after call k
+// finished, as not started: k waits for approval or still runs.
+func (b *batch) held(k, from, to int) {
+	what := "waits for approval"
+	if b.results[k].Status == StatusRunning {
+		what = "is still running"
+	}
+	for i := from; i < to; i++ {
+		b.results[i] = b.errorResult(i, &Error{Code: CodeCanceled,
+			Message: fmt.Sprintf("not started: call %d of the batch (toolCallId %q) %s, and this call %s finished; nothing was executed",
+				k+1, b.results[k].ToolCallID, what, HeldText),
+			Suggestion: fmt.Sprintf("Send this call again once call %d has finished: nothing of it ran, so its toolCallId may be used again.", k+1)})
+	}
 }
 
 func (b *batch) notStarted(ctx context.Context, from, to int) {

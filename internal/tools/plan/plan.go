@@ -81,6 +81,8 @@ func Tools(o Options) ([]*registry.Tool, *Binder) {
 			Description: "Run several tool calls in one step and get all their results at once. " +
 				"Give the calls as `steps`, each {\"tool\": name, \"arguments\": {...}}, at most " + strconv.Itoa(registry.MaxBatchCalls) + ". " +
 				"Steps of read-only tools next to each other run at the same time; any other step runs alone, in order, after the steps before it. " +
+				"A step that waits for a human's approval holds back the steps that would run after it (every later step but the read-only ones running alongside it): they do not start. " +
+				"Once it is approved and done, call " + Name + " again with the same toolCallId: the plan goes on where it stopped, and no step that is not read-only runs twice. " +
 				"A step cannot use another step's output, so put only independent calls in one plan. " +
 				"Each step is checked and run exactly as if you had called its tool directly, and one failed step does not stop the others. " +
 				"A plan cannot contain " + Name + ". " +
@@ -263,12 +265,17 @@ func (b *Binder) run(ctx context.Context, req *registry.Request, o registry.Batc
 		return nil, err
 	}
 	out := &Output{Steps: make([]StepResult, len(results))}
+	waiting := -1 // the first step not finished (pending approval, or running)
 	for i, res := range results {
 		out.Steps[i] = StepResult{Step: i + 1, Tool: res.ToolName, Status: res.Status, Output: res.Output,
 			Truncated: res.Truncated, OriginalBytes: res.OriginalBytes, Error: res.Error, Approval: res.Approval}
 		if res.Error != nil {
 			e := *res.Error // the result's own may be held elsewhere
-			stepError(ctx, sctx, &e)
+			if waiting >= 0 && e.Code == registry.CodeCanceled && strings.Contains(e.Message, registry.HeldText) {
+				heldError(&e, waiting+1, results[waiting])
+			} else {
+				stepError(ctx, sctx, &e, res.ToolName)
+			}
 			out.Steps[i].Error = &e
 		}
 		switch res.Status {
@@ -279,21 +286,46 @@ func (b *Binder) run(ctx context.Context, req *registry.Request, o registry.Batc
 		default:
 			out.Failed++
 		}
+		if waiting < 0 && (res.Status == registry.StatusPendingApproval || res.Status == registry.StatusRunning) {
+			waiting = i
+		}
 	}
 	return out, nil
+}
+
+// heldError is the error of a step that did not start because step n,
+// whose result is w, waits for approval (or still runs) and the step
+// would have started only after it.
+func heldError(e *registry.Error, n int, w *registry.Result) {
+	what := "waits for approval"
+	if w.Status == registry.StatusRunning {
+		what = "is still running"
+	}
+	e.Message = fmt.Sprintf("not started: step %d (toolCallId %s) %s, and this step would start only after it finished; nothing of this step ran", n, w.ToolCallID, what)
+	when := "is approved and done"
+	if w.Status == registry.StatusRunning {
+		when = "is done"
+	}
+	e.Suggestion = fmt.Sprintf("Once step %d %s, call %s again with the same toolCallId: the plan goes on where it stopped (no step that is not read-only runs twice), and this one runs.", n, when, Name)
 }
 
 // maxReserve bounds the time a plan keeps back from its steps to answer.
 const maxReserve = time.Second
 
-// stepError rewrites the error of a step where what a call's error says
-// does not hold for a step: its toolCallId is the plan's with the step's
-// number, so the model can only make the plan again, and the steps' end
-// before the plan's is the plan's time running out. ctx is the plan's,
-// sctx the steps'.
-func stepError(ctx, sctx context.Context, e *registry.Error) {
+// stepError rewrites the error of a step, of tool, where what a call's
+// error says does not hold for a step: its toolCallId is the plan's with
+// the step's number, so the model cannot run the step again under a new
+// one, only the plan, which would run every step again; the plan
+// repeated with the same toolCallId gives a step that ran the same
+// result. And the steps' end before the plan's is the plan's time running
+// out. ctx is the plan's, sctx the steps'.
+func stepError(ctx, sctx context.Context, e *registry.Error, tool string) {
 	notRun := strings.HasPrefix(e.Message, "not started") || strings.HasPrefix(e.Message, "not run")
 	outOfTime := ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded)
+	// A step that ran (or was decided) answers with the same result when
+	// the plan is repeated with the same toolCallId.
+	again := "To run this step again, call " + tool + " as a call of its own with a new toolCallId: " + Name +
+		" called again with the same toolCallId gives this step this same result, and with a new one runs every step again."
 	switch {
 	case e.Code == registry.CodeCanceled && notRun && outOfTime:
 		e.Message = "not started: the plan's time ran out first; nothing of this step ran"
@@ -301,10 +333,34 @@ func stepError(ctx, sctx context.Context, e *registry.Error) {
 	case e.Code == registry.CodeCanceled && notRun:
 		// The service was full or shutting down.
 		e.Suggestion = "Call " + Name + " again with the same toolCallId: the steps that ran give their results again without running twice, and this one runs."
+	case e.Code == registry.CodeCanceled && strings.Contains(e.Message, registry.EffectsUnknownText):
+		// A step not read-only that had started, and was recorded (a
+		// repeat of the plan gives its result again), or may have.
+		mayHave := strings.Contains(e.Message, "may have started")
+		switch {
+		case outOfTime && mayHave:
+			e.Message = "stopped: the plan's time ran out before this step finished; it may have started, so " + registry.EffectsUnknownText
+		case outOfTime:
+			e.Message = "stopped: the plan's time ran out while this step ran; " + registry.EffectsUnknownText
+		}
+		e.Suggestion = "Check whether the change this step was meant to make happened before running it again, as a call of " + tool +
+			" of its own with a new toolCallId and the time it needs: " + Name + " called again with the same toolCallId gives this step this same result."
+		if mayHave {
+			e.Suggestion = "Check whether the change this step was meant to make happened before running it again, as a call of " + tool + " of its own with the time it needs."
+		}
 	case e.Code == registry.CodeCanceled && outOfTime:
 		e.Message = "stopped: the plan's time ran out while this step ran"
 		e.Suggestion = "Make this step a call of its own, with the time it needs."
 	case strings.Contains(e.Message, registry.ConflictText):
 		e.Suggestion = "Give the plan a new toolCallId: each step's id is the plan's with the step's number, and this one was used before for another call."
+	case e.Code == registry.CodeInterrupted:
+		e.Suggestion = "Check whether the change this step was meant to make happened before running it again. " + again
+	case e.Code == registry.CodeApprovalExpired:
+		e.Suggestion = "Ask the user to approve the action first. " + again
+	case e.Code == registry.CodeApprovalDenied:
+		e.Suggestion = "Do not run this step again; ask the user how to proceed instead (" + Name +
+			" called again with the same toolCallId gives this step this same result)."
+	case strings.Contains(e.Suggestion, "new toolCallId"):
+		e.Suggestion += " (This step's toolCallId is the plan's with the step's number. " + again + ")"
 	}
 }

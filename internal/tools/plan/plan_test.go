@@ -39,9 +39,9 @@ func newTestEnv(t *testing.T, bind bool) *testEnv {
 }
 
 // newTestEnvWith is newTestEnv with the executor's options o (its
-// Registry is set here), and a tool test__wait that blocks until its
-// gate is closed.
-func newTestEnvWith(t *testing.T, bind bool, o registry.Options) *testEnv {
+// Registry is set here), a tool test__wait that blocks until its gate is
+// closed, and the tools extra.
+func newTestEnvWith(t *testing.T, bind bool, o registry.Options, extra ...*registry.Tool) *testEnv {
 	t.Helper()
 	env := &testEnv{entered: make(chan struct{}, registry.MaxBatchCalls), gate: make(chan struct{})}
 	record := func(name string) registry.Func {
@@ -66,7 +66,7 @@ func newTestEnvWith(t *testing.T, bind bool, o registry.Options) *testEnv {
 			}
 		})}
 	planTools, binder := Tools(Options{})
-	tools := append(append(append(planTools, text.Tools()...), jsonq.Tools()...), side, priv, wait)
+	tools := append(append(append(append(planTools, text.Tools()...), jsonq.Tools()...), side, priv, wait), extra...)
 	reg, err := registry.New(registry.Defaults{Timeout: 10 * time.Second, MaxOutputBytes: 16384, ErrorMessageLimit: 1000}, tools...)
 	if err != nil {
 		t.Fatal(err)
