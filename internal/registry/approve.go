@@ -38,6 +38,17 @@ func CheckReason(reason string) string {
 	return ""
 }
 
+// CallerChecker is what a Policy may offer so that an approved call whose
+// caller the configuration no longer defines does not run: CallerExists
+// reports whether c, as a call was filed by it, is still a caller of the
+// configuration the policy was loaded with (a caller resource by its id,
+// a token caller by its issuer). The executor asks it of every call an
+// approval resumes, with the policy in force at that moment; a policy
+// without it lets every filed caller run.
+type CallerChecker interface {
+	CallerExists(c *Caller) bool
+}
+
 // ErrCallerMayNotApprove means the rule that asked for an approval request
 // keeps it to approvers: the caller may not decide it.
 var ErrCallerMayNotApprove = errors.New("the rule that asked for this approval keeps it to approvers (it does not set callerMayApprove)")

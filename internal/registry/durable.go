@@ -26,6 +26,11 @@ type Filing struct {
 	// CallerMayApprove is the rule's callerMayApprove: the caller may
 	// decide the request too (DecideAsCaller).
 	CallerMayApprove bool `json:"callerMayApprove,omitempty"`
+	// Claims are a token caller's verified claims (Caller.Claims, which
+	// the caller's own encoding leaves out): the policy decides the call
+	// again when it is approved (decideResumed), and a condition on
+	// caller.claims must see what it saw at filing, not fail closed.
+	Claims map[string]any `json:"claims,omitempty"`
 }
 
 // recall answers a call whose toolCallId was seen before: from the result
@@ -45,7 +50,14 @@ func (e *Executor) recall(ctx context.Context, f *flight) error {
 	rec, err := e.store.GetCall(ctx, f.caller.ID, f.res.ToolCallID)
 	switch {
 	case err == nil:
-		if err := e.replay(ctx, f, rec); !errors.Is(err, errWithdrawn) && !errors.Is(err, errUnfiled) {
+		err := e.replay(ctx, f, f.tool.Name, rec)
+		if errors.Is(err, errAnswered) && e.goesOn(f, rec) {
+			// Asked to be recorded, but its record is an approved run
+			// that a repeat takes up again, unrecorded (ask lets it by).
+			f.durable = false
+			return nil
+		}
+		if !errors.Is(err, errWithdrawn) && !errors.Is(err, errUnfiled) {
 			return err
 		}
 		// The record is gone, or its approval request was never filed: the
@@ -55,6 +67,78 @@ func (e *Executor) recall(ctx context.Context, f *flight) error {
 		return nil
 	}
 	return storeFailed(err)
+}
+
+// refused answers a call that lookup, the catalog check or validation
+// refused with err. When its toolCallId already has a record, it is a
+// repeat of a call made before a reload removed the tool, tightened its
+// schema or narrowed the caller's catalog, and it gets the answer recall
+// would have given it (the stored result, the pending ticket, a 409 when
+// the record is of another call): told that the tool is missing or the
+// arguments wrong, a model would "fix" the call and make its side effects
+// again. The store is read only here, on the way to a refusal, so calls
+// that pass keep their path; a read_only call, which has no record
+// unless it asked for one, keeps its refusal when the store fails. An
+// approved call ends with err, which says that it was so when approved.
+func (e *Executor) refused(ctx context.Context, f *flight, err error) error {
+	if f.resumed != nil {
+		return atApproval(f, err)
+	}
+	if e.store == nil || f.call.ToolCallID == "" {
+		return err
+	}
+	if f.digest == "" {
+		_, v, derr := decodeArguments(f.call.Arguments, e.maxDepth, &e.jsonCheck)
+		if derr != nil {
+			return err // no record has arguments that do not decode
+		}
+		f.digest = ArgumentsDigest(v)
+	}
+	name := f.call.ToolName
+	if res, ok := e.backlog.result(f.caller.ID, f.res.ToolCallID, name, f.digest); ok {
+		if res == nil {
+			return ErrConflict
+		}
+		f.res = res
+		return errAnswered
+	}
+	rec, gerr := e.store.GetCall(ctx, f.caller.ID, f.res.ToolCallID)
+	switch {
+	case errors.Is(gerr, ErrNotFound):
+		return err
+	case gerr != nil && f.tool != nil && f.tool.Tier == ReadOnly && !f.call.Record:
+		return err
+	case gerr != nil:
+		return storeFailed(gerr)
+	}
+	if rerr := e.replay(ctx, f, name, rec); !errors.Is(rerr, errWithdrawn) && !errors.Is(rerr, errUnfiled) {
+		return rerr
+	}
+	return err
+}
+
+// atApproval rewrites the refusal of an approved call that lookup, the
+// catalog check or validation made (a reload removed its tool, changed
+// its schema or tier, since it was filed) to say that it was so when the
+// call was approved: the record keeps the answer, and a repeat that
+// reads it once the tool is back must not be told that the tool does not
+// exist, or that arguments it sends unchanged are wrong.
+func atApproval(f *flight, err error) error {
+	var refusal *Error
+	if !errors.As(err, &refusal) {
+		return err
+	}
+	c := *refusal
+	switch c.Code {
+	case CodeToolNotFound:
+		c.Message = fmt.Sprintf("nothing ran: tool %s did not exist when this call was approved (the configuration was reloaded without it after the call was filed)", f.call.ToolName)
+	case CodeInvalidArguments, CodeToolNotInCatalog:
+		c.Message = "nothing ran: the tool had changed since this call was filed, and when it was approved " + c.Message
+	default:
+		return err
+	}
+	c.Suggestion = "This toolCallId keeps this answer. To make the call now, send it with a new toolCallId; it needs approval again."
+	return &c
 }
 
 // storeFailed is unavailable(err), keeping an ErrStoreBroken in err
@@ -97,7 +181,7 @@ func (e *Executor) record(ctx context.Context, f *flight) error {
 			f.recorded = true
 			return nil
 		}
-		err = e.replay(ctx, f, rec)
+		err = e.replay(ctx, f, f.tool.Name, rec)
 		if errors.Is(err, errUnfiled) {
 			// An earlier attempt asked for approval but could not file the
 			// request, and the policy now allows the call: it runs instead.
@@ -115,24 +199,29 @@ func (e *Executor) record(ctx context.Context, f *flight) error {
 	}
 }
 
-// replay answers a call whose toolCallId already has a record: a conflict
-// when the record is of another call, the stored result when it is done or
-// pending (errUnfiled when pending without its approval request), and the
-// result it ends with when it is still running, waiting at most the wait
-// timeout (then the answer says it is still running).
-func (e *Executor) replay(ctx context.Context, f *flight, rec *CallRecord) error {
-	if !rec.Matches(f.tool.Name, f.digest) {
+// replay answers a call of tool name whose toolCallId already has a
+// record: a conflict when the record is of another call, the stored result
+// when it is done or pending (errUnfiled when pending without its approval
+// request), and the result it ends with when it is still running, waiting
+// at most the wait timeout (then the answer says it is still running). A
+// repeat of a pending call that grants its approval inline, from a caller
+// who may (scope approve), decides the request (grantInline).
+func (e *Executor) replay(ctx context.Context, f *flight, name string, rec *CallRecord) error {
+	if !rec.Matches(name, f.digest) {
 		return ErrConflict
 	}
 	if rec.State == CallPendingApproval {
 		// Its ticket must name a request that exists: one that does not
 		// answers 404 to the approver and the caller alike.
-		_, err := e.store.GetApproval(ctx, rec.ApprovalID)
+		a, err := e.store.GetApproval(ctx, rec.ApprovalID)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			return errUnfiled
 		case err != nil:
 			return storeFailed(err)
+		}
+		if g := f.call.Approval; g != nil && g.Granted && f.resumed == nil && f.caller.Has(ScopeApprove) && a.Status == ApprovalPending {
+			return e.grantInline(ctx, f, a.ID)
 		}
 	}
 	if rec.State == CallRunning {
@@ -160,6 +249,50 @@ func (e *Executor) replay(ctx context.Context, f *flight, rec *CallRecord) error
 	return errAnswered
 }
 
+// grantInline decides request id, which the call f repeats waits for, as
+// approved by f's caller, whose repeat grants it inline: exactly what POST
+// /approvals/{id} by that caller does (the approve scope lets it), so the
+// call runs once, through resume, and the answer is its result. The
+// contract honours an inline approval from such a caller (SPEC §3), and a
+// repeat of a call that waits for one is where a gateway that asked its
+// user afterwards sends it; ignoring it there would leave the call pending
+// with no word of why.
+func (e *Executor) grantInline(ctx context.Context, f *flight, id string) error {
+	reason := "approved inline (\"approval\": {\"granted\": true}) on a repeat of the call"
+	if by := f.call.Approval.By; by != "" && CheckReason(reason+" by "+by) == "" {
+		reason += " by " + by
+	}
+	_, res, err := e.Decide(ctx, f.caller, id, VerdictApprove, reason)
+	if err != nil {
+		return storeFailed(err)
+	}
+	f.res = res
+	return errAnswered
+}
+
+// goesOn reports whether a repeat of a call of a tool that nests, answered
+// from record rec, takes the call up again instead: rec is of an approved
+// run (filed for approval, and neither refused nor denied) of a call the
+// tool's own record does not stand for. Such a call is not recorded
+// (Tool.Nests): its record exists only because it waited for approval,
+// and its calls keep their own. The approval was of this very call, so
+// the repeat goes on where the call stopped, without asking again: the
+// calls that ran answer from their records, the others run. The repeat
+// then runs unrecorded, as a call the policy allows.
+func (e *Executor) goesOn(f *flight, rec *CallRecord) bool {
+	if !f.tool.Nests || rec.ApprovalID == "" || rec.State == CallPendingApproval || f.res == nil || f.res.Status == StatusPendingApproval || f.res.Status == StatusRunning {
+		return false
+	}
+	switch f.res.Code() {
+	case CodeApprovalDenied, CodeApprovalExpired, CodePolicyDenied, CodeToolNotFound, CodeToolNotInCatalog, CodeInvalidArguments:
+		// Ended before it ran: the answer stands.
+		return false
+	}
+	f.res = &Result{ToolCallID: f.res.ToolCallID, ToolName: f.tool.Name}
+	f.decision = Decision{Effect: Allow, Rule: f.decision.Rule, Reason: "approved with request " + rec.ApprovalID}
+	return true
+}
+
 // ask records the call as pending and files an approval request for it,
 // with a snapshot of the caller and the request to resume it with. A
 // filing that fails leaves nothing that would stop a retry from filing
@@ -167,7 +300,7 @@ func (e *Executor) replay(ctx context.Context, f *flight, rec *CallRecord) error
 // found without its request (the withdrawal failed too) is filed again.
 func (e *Executor) ask(ctx context.Context, f *flight) error {
 	now := e.now()
-	filed := &Filing{Caller: *f.caller, Catalog: f.call.Catalog, TimeoutMs: f.call.TimeoutMs, CallerMayApprove: f.decision.CallerMayApprove}
+	filed := &Filing{Caller: *f.caller, Catalog: f.call.Catalog, TimeoutMs: f.call.TimeoutMs, CallerMayApprove: f.decision.CallerMayApprove, Claims: f.caller.Claims}
 	filed.Caller.Tools = append([]string(nil), f.caller.Tools...)
 	filed.Caller.Scopes = append([]Scope(nil), f.caller.Scopes...)
 	a := &Approval{
@@ -186,7 +319,12 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 		return storeFailed(err)
 	}
 	if !created {
-		if err := e.replay(ctx, f, rec); !errors.Is(err, errUnfiled) {
+		err := e.replay(ctx, f, f.tool.Name, rec)
+		if errors.Is(err, errAnswered) && e.goesOn(f, rec) {
+			f.durable = false
+			return nil
+		}
+		if !errors.Is(err, errUnfiled) {
 			return err
 		}
 		// File the record's request under the id its ticket names: calls
@@ -201,6 +339,11 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 		}
 	}
 	file := e.store.CreateApproval
+	if l, ok := e.store.(PendingLimiter); ok && created && e.maxPending > 0 {
+		// pendingRoom's count is read apart from the filing; this one is
+		// not, so callers filing at once cannot all see room for one.
+		file = func(ctx context.Context, a *Approval) error { return l.CreateApprovalWithin(ctx, a, e.maxPending) }
+	}
 	if r, ok := e.store.(ApprovalRefiler); ok && !created {
 		// Filed again only while the record waits for it: a withdrawal
 		// of the record at the same moment must not leave a request no
@@ -208,6 +351,13 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 		file = r.RefileApproval
 	}
 	if err := file(ctx, a); err != nil {
+		if errors.Is(err, ErrTooManyPending) {
+			// Nothing filed: the pending record goes too, as when the
+			// caller was refused before (a retry that finds it left
+			// behind files it, see replay).
+			_ = e.withdraw(ctx, f, a.ID)
+			return e.tooManyPending(f)
+		}
 		if !created && errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("%w: the call's record was withdrawn while its approval request was filed again; send the call again", ErrUnavailable)
 		}
@@ -248,13 +398,23 @@ func (e *Executor) withdraw(ctx context.Context, f *flight, approvalID string) e
 // and retried in the background (RetryRecords), and the answer says its
 // record is pending. When the record was ended by someone else while the
 // call ran, the answer is the record's (superseded).
+//
+// The record of an approved call of a tool that nests whose calls were
+// not all finished when it answered (one waited for approval) keeps, in
+// place of that answer, a result that says so (unsettledResult): the
+// answer would go stale as those calls end, while a repeat of the call
+// goes on from where it stopped (goesOn) and answers with their state.
 func (e *Executor) finishRecord(ctx context.Context, f *flight) {
 	ctx = context.WithoutCancel(ctx)
 	entry := e.auditEntry(f)
-	rec, stored, err := e.store.FinishCall(ctx, f.caller.ID, f.res.ToolCallID, f.res, entry)
+	keep := f.res
+	if n := f.nested; n != nil && n.unsettled.Load() > 0 && f.res.Status == StatusOK {
+		keep = unsettledResult(f.res, int(n.unsettled.Load()))
+	}
+	rec, stored, err := e.store.FinishCall(ctx, f.caller.ID, f.res.ToolCallID, keep, entry)
 	if err != nil {
 		e.log.Error("store: recording a result failed; holding it in memory and retrying", "toolCallId", f.res.ToolCallID, "error", err)
-		held := *f.res
+		held := *keep
 		held.RecordPending = true
 		if !e.backlog.hold(f.caller.ID, f.digest, &held, entry) {
 			// No room: the record lapses to E_INTERRUPTED, which says the
@@ -263,12 +423,30 @@ func (e *Executor) finishRecord(ctx context.Context, f *flight) {
 			e.store.ReleaseCall(f.caller.ID, f.res.ToolCallID)
 		}
 		e.metrics.setBacklog(e.backlog.len())
-		f.res = &held
+		answer := *f.res
+		answer.RecordPending = true
+		f.res = &answer
 		return
 	}
-	if !stored && (rec == nil || !sameResult(rec.Result, f.res)) {
+	if !stored && (rec == nil || !sameResult(rec.Result, keep)) {
 		e.superseded(f, rec)
 	}
+}
+
+// unsettledResult is what the record of an approved call of a tool that
+// nests keeps when n of the calls it made had not finished when it
+// answered res: not res, whose state of those calls goes stale (GET
+// /calls/{toolCallId} would show a call waiting for approval long after
+// it ran), but where to find the outcome.
+func unsettledResult(res *Result, n int) *Result {
+	calls := "1 of the calls it made was"
+	if n != 1 {
+		calls = fmt.Sprintf("%d of the calls it made were", n)
+	}
+	note, _ := json.Marshal(fmt.Sprintf("%s ran once approved, but %s not finished when it answered (waiting for approval, or still running), "+
+		"so its answer is not kept here, where it would go stale. Repeat the call with the same toolCallId and arguments for the current outcome: "+
+		"the calls that ran answer from their records without running again, and the others go on.", res.ToolName, calls))
+	return &Result{ToolCallID: res.ToolCallID, ToolName: res.ToolName, Status: StatusOK, Output: note, DurationMs: res.DurationMs}
 }
 
 // superseded answers a call whose record was ended by someone else while
@@ -521,6 +699,7 @@ func (e *Executor) resume(ctx context.Context, a *Approval) *Result {
 		call: &Call{ToolCallID: a.ToolCallID, ToolName: a.ToolName, Arguments: a.Arguments, Context: a.Context}}
 	if a.Filed != nil {
 		caller := a.Filed.Caller
+		caller.Claims = a.Filed.Claims
 		f.caller = &caller
 		f.call.Catalog, f.call.TimeoutMs = a.Filed.Catalog, a.Filed.TimeoutMs
 	} else {

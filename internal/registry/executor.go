@@ -271,29 +271,46 @@ type flight struct {
 	// answered: an earlier stage set the result (a stored or held one, or
 	// the pending ticket of an approval request); the rest is skipped.
 	answered bool
+	// nested counts, for an approved call of a tool that nests, the calls
+	// its handler made that were not finished when they answered (nil for
+	// every other call).
+	nested *nested
 }
+
+// nested counts the calls a Nests tool's handler made that answered
+// before they finished: pending approval, or still running. Its call's
+// answer then holds their state of the moment, which changes without the
+// call.
+type nested struct{ unsettled atomic.Int32 }
+
+// nestedKey carries a *nested in the context of a Nests tool's handler,
+// so that the calls it makes count themselves in it.
+type nestedKey struct{}
 
 // errAnswered ends the pipeline of a call whose result a stage has set.
 var errAnswered = errors.New("answered")
 
 // process runs a call through the pipeline, one stage after another:
 // lookup, catalog, decode and validate, recall (a toolCallId seen before),
-// policy, approval, admission, record, run, cut, finish. A call approved
-// by a human enters the same pipeline (resume) and passes the stages that
-// belong to filing (recall, policy, approval, record) as already done.
+// policy, approval, admission, record, run, cut, finish. A call the first
+// three refuse is answered from its record all the same when its
+// toolCallId has one (refused). A call approved by a human enters the
+// same pipeline (resume) and passes the stages that belong to filing
+// (recall, approval, record) as already done; policy it meets again, for
+// a denial (decideResumed).
 func (e *Executor) process(ctx context.Context, f *flight) (*Result, error) {
 	start := e.now()
 	ctx, span := e.lookup(ctx, f)
 	defer span.End()
 	err := func() error {
 		if f.tool == nil {
-			return e.notFound(f.st.reg, f.caller, f.call.ToolName)
+			return e.refused(ctx, f, e.notFound(f.st.reg, f.caller, f.call.ToolName))
 		}
 		if err := e.checkCatalog(f); err != nil {
-			return err
+			return e.refused(ctx, f, err)
 		}
 		if err := e.decode(ctx, f); err != nil {
-			return err
+			return e.refused(ctx, f, err)
 		}
 		if err := e.recall(ctx, f); err != nil {
 			return err
@@ -334,6 +351,11 @@ func (e *Executor) process(ctx context.Context, f *flight) (*Result, error) {
 		}
 	}
 	e.finish(ctx, f)
+	if f.res.Status == StatusPendingApproval || f.res.Status == StatusRunning {
+		if n, ok := ctx.Value(nestedKey{}).(*nested); ok {
+			n.unsettled.Add(1) // a call of an approved plan's, see finishRecord
+		}
+	}
 	e.observe(ctx, span, f, e.now().Sub(start))
 	return f.res, nil
 }
@@ -424,11 +446,10 @@ func (e *Executor) decode(ctx context.Context, f *flight) error {
 }
 
 // decide asks the policy about the call; a resumed call carries its
-// approver's decision.
+// approver's decision, unless the policy now denies it (decideResumed).
 func (e *Executor) decide(ctx context.Context, f *flight) error {
 	if f.resumed != nil {
-		f.decision = Decision{Effect: Allow, Rule: f.resumed.Rule, Reason: "approved by " + f.resumed.DecidedBy}
-		return nil
+		return e.decideResumed(ctx, f)
 	}
 	d, err := f.st.policy.Decide(ctx, &PolicyInput{Tool: &f.tool.Definition, Arguments: f.args, Caller: f.caller, Context: f.call.Context})
 	if err != nil {
@@ -457,6 +478,39 @@ func (e *Executor) decide(ctx context.Context, f *flight) error {
 	return &Error{Code: CodePolicyDenied, Message: msg, Suggestion: "Do not retry this call; choose another approach or ask the user."}
 }
 
+// decideResumed decides an approved call by the policy and callers in
+// force now, not only by those it was filed under: a reload since may have
+// added a rule that denies it, or removed the caller that filed it (whose
+// token no longer opens anything), and an approval overrides neither. The
+// call then ends E_POLICY_DENIED without running, recorded and audited
+// as a denial, and the approver's answer says why. An ask is what the
+// approval answered; any other verdict leaves the approver's decision.
+func (e *Executor) decideResumed(ctx context.Context, f *flight) error {
+	f.decision = Decision{Effect: Allow, Rule: f.resumed.Rule, Reason: "approved by " + f.resumed.DecidedBy}
+	if k, ok := f.st.policy.(CallerChecker); ok && !k.CallerExists(f.caller) {
+		f.decision = Decision{Effect: Deny, Rule: f.resumed.Rule, Reason: "its caller no longer exists"}
+		return &Error{Code: CodePolicyDenied,
+			Message: fmt.Sprintf("caller %s, which filed this call, no longer exists (the configuration was reloaded without it after the call was filed), so the approval of request %s did not run it; nothing ran",
+				f.caller.ID, f.resumed.ID),
+			Suggestion: "Do not retry this call; a caller that exists must make it again."}
+	}
+	d, err := f.st.policy.Decide(ctx, &PolicyInput{Tool: &f.tool.Definition, Arguments: f.args, Caller: f.caller, Context: f.call.Context})
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	if d.Effect != Deny {
+		return nil
+	}
+	f.decision = d
+	msg := fmt.Sprintf("tool %s is denied by policy rule %s", f.tool.Name, d.Rule)
+	if d.Reason != "" {
+		msg += ": " + d.Reason
+	}
+	msg += fmt.Sprintf(". The policy has changed since this call was filed (then rule %s asked for approval, and none denied it), and an approval does not override a denial, so request %s did not run it: nothing ran",
+		f.resumed.Rule, f.resumed.ID)
+	return &Error{Code: CodePolicyDenied, Message: msg, Suggestion: "Do not retry this call; choose another approach or ask the user."}
+}
+
 // approval files an approval request for a call the policy asks a human
 // about; the call ends here as pending and resumes at admission once
 // approved (Decide).
@@ -479,8 +533,10 @@ func (e *Executor) approval(ctx context.Context, f *flight) error {
 // maxPending waiting, so that one caller cannot fill the approvers'
 // inbox (lists show the oldest requests first, at most 1,000) and hide
 // everyone else's. A repeat of a call already filed is not a new
-// request. The count is read, not locked: callers filing at the same
-// moment may pass it by a few.
+// request. This count is read, not locked: it spares a caller at its
+// bound the writes of a filing. The bound itself holds where the store
+// counts and files in one step (PendingLimiter, see ask), also for
+// callers filing at the same moment on several replicas.
 func (e *Executor) pendingRoom(ctx context.Context, f *flight) error {
 	if e.maxPending <= 0 {
 		return nil
@@ -497,6 +553,12 @@ func (e *Executor) pendingRoom(ctx context.Context, f *flight) error {
 			return nil // a repeat: ask answers it from its record
 		}
 	}
+	return e.tooManyPending(f)
+}
+
+// tooManyPending is the E_POLICY_DENIED of a call whose caller already has
+// maxPending approval requests waiting.
+func (e *Executor) tooManyPending(f *flight) error {
 	return &Error{Code: CodePolicyDenied,
 		Message: fmt.Sprintf("tool %s requires human approval (rule %s), and caller %s already has %d approval requests waiting, the most one caller may have; nothing ran",
 			f.tool.Name, f.decision.Rule, f.caller.ID, e.maxPending),
@@ -539,6 +601,12 @@ func (e *Executor) runTool(ctx context.Context, f *flight, release func()) (any,
 		lent := &lentSlot{ch: make(chan struct{}, 1)}
 		release = lent.keep(release)
 		ctx = context.WithValue(ctx, lentSlotKey{}, lent)
+	}
+	if f.tool.Nests && f.resumed != nil {
+		// Its record must not keep a state of its calls that goes stale
+		// (see finishRecord).
+		f.nested = &nested{}
+		ctx = context.WithValue(ctx, nestedKey{}, f.nested)
 	}
 	return e.invoke(ctx, f.tool, f.series, f.req, timeout, release)
 }

@@ -414,6 +414,22 @@ type ApprovalRefiler interface {
 	RefileApproval(ctx context.Context, a *Approval) error
 }
 
+// ErrTooManyPending means a caller already has as many approval requests
+// waiting as it may (PendingLimiter): the request was not filed.
+var ErrTooManyPending = errors.New("the caller already has as many approval requests waiting as it may")
+
+// PendingLimiter is what a Store may offer to hold each caller to a
+// number of waiting approval requests also when calls file them at the
+// same moment, on one replica or on several: CreateApprovalWithin stores
+// a as CreateApproval does unless a.CallerID already has max or more
+// pending requests that have not expired, and then stores nothing and
+// returns ErrTooManyPending. The count and the insert are one
+// transaction, serialized with every other CreateApprovalWithin of the
+// same caller, so that no two filings both see room for one.
+type PendingLimiter interface {
+	CreateApprovalWithin(ctx context.Context, a *Approval, max int) error
+}
+
 // DecisionAdopter is what a Store may offer for a decision whose answer
 // was lost: DecideApproval may have committed (its call's record moved to
 // running, owned by this store) although it returned an error, and then

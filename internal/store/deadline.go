@@ -136,6 +136,18 @@ func (t *deadlined) CreateApproval(ctx context.Context, a *registry.Approval) er
 	return t.s.CreateApproval(ctx, a)
 }
 
+// CreateApprovalWithin implements registry.PendingLimiter, with
+// CreateApproval where s does not (the executor's own count then bounds
+// the requests, less exactly).
+func (t *deadlined) CreateApprovalWithin(ctx context.Context, a *registry.Approval, max int) error {
+	ctx, cancel := t.ctx(ctx)
+	defer cancel()
+	if l, ok := t.s.(registry.PendingLimiter); ok {
+		return l.CreateApprovalWithin(ctx, a, max)
+	}
+	return t.s.CreateApproval(ctx, a)
+}
+
 func (t *deadlined) GetApproval(ctx context.Context, id string) (*registry.Approval, error) {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()

@@ -347,6 +347,30 @@ func (s *SQL) InsertApprovalArgs(a *registry.Approval, filed []byte, now time.Ti
 		Arguments(a.Arguments), EncodeContext(a.Context), s.Time(a.CreatedAt), s.Time(now), s.Time(a.ExpiresAt), filed}
 }
 
+// countPendingSQL counts the pending requests of caller $1 that have not
+// expired at $2, up to $3: a caller at its bound need not count the rest.
+const countPendingSQL = `SELECT COUNT(*) FROM (SELECT 1 FROM approvals
+	WHERE caller_id = $1 AND status = 'pending' AND expires_at > $2 LIMIT $3) AS waiting`
+
+// InsertApprovalWithin files a request of callerID within tx, as
+// InsertApprovalSQL with args (InsertApprovalArgs) does, unless the
+// caller already has max or more pending requests that have not expired
+// at now: then it inserts nothing and returns
+// registry.ErrTooManyPending. The stores serialize it per caller
+// (registry.PendingLimiter): SQLite runs one write transaction at a
+// time; PostgreSQL takes an advisory lock on the caller first.
+func (s *SQL) InsertApprovalWithin(ctx context.Context, tx Tx, callerID string, args []any, now time.Time, max int) error {
+	var n int
+	if err := tx.QueryRow(ctx, countPendingSQL, callerID, s.Time(now), max).Scan(&n); err != nil {
+		return err
+	}
+	if n >= max {
+		return fmt.Errorf("%w (%d)", registry.ErrTooManyPending, n)
+	}
+	_, err := tx.Exec(ctx, InsertApprovalSQL, args...)
+	return err
+}
+
 // DecideApproval implements registry.Store. The UPDATE … WHERE status =
 // 'pending' settles racing decisions (the single SQLite writer runs it
 // alone; in PostgreSQL it takes the row lock, and a racing decision then

@@ -833,6 +833,39 @@ func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error 
 	return err
 }
 
+// CreateApprovalWithin implements registry.PendingLimiter: the count and
+// the insert run in one transaction under a transaction-level advisory
+// lock on the caller (and the store's schema), which every replica's
+// filing of that caller's requests takes, so that they count one after
+// another. Each count sees the requests committed before it, as READ
+// COMMITTED takes a snapshot per statement.
+func (s *Store) CreateApprovalWithin(ctx context.Context, a *registry.Approval, max int) error {
+	now := s.clock()
+	filed, err := store.NewApproval(a, now)
+	if err != nil {
+		return err
+	}
+	err = s.sql.InTx(ctx, func(tx store.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pendingLockKey(s.channel, a.CallerID)); err != nil {
+			return err
+		}
+		return s.sql.InsertApprovalWithin(ctx, tx, a.CallerID, s.sql.InsertApprovalArgs(a, filed, now), now, max)
+	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" {
+		return fmt.Errorf("postgres store: approval %s already exists", a.ID)
+	}
+	return err
+}
+
+// pendingLockKey is the advisory lock that serializes the filings of
+// caller's approval requests in the schema whose notification channel is
+// channel (advisory locks are the database's, not a schema's).
+func pendingLockKey(channel, caller string) int64 {
+	sum := sha256.Sum256([]byte("toolsvc.pending\x00" + channel + "\x00" + caller))
+	return int64(binary.BigEndian.Uint64(sum[:8]))
+}
+
 // RefileApproval implements registry.ApprovalRefiler.
 func (s *Store) RefileApproval(ctx context.Context, a *registry.Approval) error {
 	return s.sql.RefileApproval(ctx, a)

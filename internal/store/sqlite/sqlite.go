@@ -680,6 +680,26 @@ func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error 
 	return s.failed(err)
 }
 
+// CreateApprovalWithin implements registry.PendingLimiter. Writes run one
+// at a time on the one write connection, and a group commit's writes see
+// those before them in its transaction, so the count and the insert of
+// one filing see every other filing.
+func (s *Store) CreateApprovalWithin(ctx context.Context, a *registry.Approval, max int) error {
+	now := s.clock()
+	filed, err := store.NewApproval(a, now)
+	if err != nil {
+		return err
+	}
+	args, caller := s.sql.InsertApprovalArgs(a, filed, now), a.CallerID // the committer reads its own copy
+	err = s.commit.Do(ctx, len(a.Arguments)+len(filed)+512, func(ctx context.Context, tx *sql.Tx) error {
+		return s.sql.InsertApprovalWithin(ctx, runner{tx}, caller, args, now, max)
+	})
+	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed") {
+		return fmt.Errorf("sqlite store: approval %s already exists", a.ID)
+	}
+	return s.failed(err)
+}
+
 // RefileApproval implements registry.ApprovalRefiler. SQLite runs one
 // write transaction at a time, so it needs no row lock.
 func (s *Store) RefileApproval(ctx context.Context, a *registry.Approval) error {
