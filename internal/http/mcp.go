@@ -10,8 +10,11 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -27,21 +30,24 @@ import (
 const mcpListTTL = 30_000
 
 // handleMCP serves the caller's catalog as an MCP server over streamable
-// HTTP (the go-sdk's handler), in stateless mode: every POST gets a fresh
-// MCP server bound to the caller that the authenticate middleware found,
-// so a session can never be used with another caller's token, and
-// tools/list always shows the registry in use. Responses are plain JSON
-// rather than event streams, which keeps curl usable. tools/call goes
-// through the same executor, policy, limits and metrics as POST /calls.
+// HTTP (the go-sdk's handler), in stateless mode: every POST is a session
+// of its own, of a server that holds the caller's catalog, and its calls
+// run as the caller that the authenticate middleware found, so a session
+// can never be used with another caller's token, and tools/list always
+// shows the registry in use. Responses are plain JSON rather than event
+// streams, which keeps curl usable. tools/call goes through the same
+// executor, policy, limits and metrics as POST /calls.
 //
 // The SDK speaks both 2025-11-25 (initialize) and 2026-07-28
 // (server/discover, resultType, Mcp-Method/Mcp-Name headers, list
 // caching); around it, errors the SDK writes as text/plain become JSON-RPC
 // errors, a JSON-RPC batch holds at most registry.MaxBatchCalls messages,
-// like POST /calls/batch, and at most one tools/list, and a tools/call
-// ends when its HTTP request does, whatever the revision.
+// like POST /calls/batch, and at most one tools/list, its calls are
+// admitted as a batch's are (mcpBatch), and a tools/call ends when its
+// HTTP request does, whatever the revision.
 func (s *Server) handleMCP() http.Handler {
-	h := mcp.NewStreamableHTTPHandler(s.mcpServer, &mcp.StreamableHTTPOptions{
+	servers := newMCPServers(s)
+	h := mcp.NewStreamableHTTPHandler(servers.forRequest, &mcp.StreamableHTTPOptions{
 		Stateless:                    true,
 		JSONResponse:                 true,
 		MaxRequestBodyBytes:          s.deps.Limits.MaxRequestBytes,
@@ -59,23 +65,158 @@ func (s *Server) handleMCP() http.Handler {
 			writeJSONRPC(jw, err.status, err.code, err.msg)
 			return
 		}
-		h.ServeHTTP(jw, r.WithContext(context.WithValue(r.Context(), mcpWantsKey{}, wants)))
+		if v := r.Header.Get(mcpVersionHeader); v != "" && !slices.Contains(mcp.SupportedProtocolVersions(), v) {
+			writeUnsupportedVersion(jw, v)
+			return
+		}
+		ex := &mcpExchange{wants: wants, caller: CallerFrom(r.Context()), base: requestBase(r),
+			span: trace.SpanFromContext(r.Context()), done: r.Context()}
+		if wants.batch && wants.calls > 0 {
+			ex.batch = newMCPBatch(s.deps.Batch)
+		}
+		h.ServeHTTP(jw, r.WithContext(context.WithValue(r.Context(), mcpExchangeKey{}, ex)))
 	})
 }
 
-// mcpServer is the MCP server of one request: the caller's catalog, each
-// tool answered by the executor for that caller.
-func (s *Server) mcpServer(r *http.Request) *mcp.Server {
-	wants, _ := r.Context().Value(mcpWantsKey{}).(*mcpWants)
-	if wants == nil {
-		wants = &mcpWants{all: true}
+// mcpVersionHeader names the revision of a request to /mcp.
+const mcpVersionHeader = "Mcp-Protocol-Version"
+
+// writeUnsupportedVersion answers a request whose Mcp-Protocol-Version
+// header names a revision the SDK does not speak, naming the header and
+// the revisions it does (the SDK itself calls a future one "missing or
+// invalid _meta field"), in the SDK's error of 2026-07-28 for it.
+func writeUnsupportedVersion(w *jsonRPCErrors, v string) {
+	supported := mcp.SupportedProtocolVersions()
+	data, _ := json.Marshal(mcp.UnsupportedProtocolVersionData{Supported: supported, Requested: clipTo(v, maxEchoBytes)})
+	writeJSONRPCData(w, http.StatusBadRequest, w.id, mcp.CodeUnsupportedProtocolVersion,
+		fmt.Sprintf("the %s header names %q, a revision this server does not speak; send one of %s",
+			mcpVersionHeader, clipTo(v, maxEchoBytes), strings.Join(supported, ", ")), data)
+}
+
+// mcpExchangeKey is the context key of a request's *mcpExchange.
+type mcpExchangeKey struct{}
+
+// mcpExchange is one POST to /mcp: what its messages need of the
+// catalog, and what its tool calls run with. The servers are shared by
+// requests, so the tool handler finds the request's own in its context
+// (the SDK derives a handler's context from the request's).
+type mcpExchange struct {
+	wants  *mcpWants
+	caller *registry.Caller
+	// base is the scheme and host the request reached this server at.
+	base string
+	// span is the HTTP request's, the parent of execute_tool.
+	span trace.Span
+	// done ends with the HTTP request: the exchange is over.
+	done context.Context
+	// batch admits the tool calls of a JSON-RPC batch; nil otherwise.
+	batch *mcpBatch
+	// srv is the request's server, once found (the SDK asks twice per
+	// request).
+	srv *mcp.Server
+}
+
+// mcpServers gives each request to /mcp its MCP server. A tools/list
+// needs every tool of the caller's catalog, and giving the SDK a tool
+// costs several JSON round trips of its schemas (64 ms of CPU for 514
+// tools, against 7 ms for GET /tools?format=mcp), so the server of a
+// whole catalog is kept: one per catalog view (a caller's maxTier and
+// tool globs) of the registry in use, at most maxMCPServers, the least
+// recently used dropped first; a reload drops them all. Other requests
+// get a server of only the tools they call, built for them, so that a
+// caller whose view is new does not pay for the whole catalog to ping.
+type mcpServers struct {
+	s  *Server
+	mu sync.Mutex
+	// reg is the registry the kept servers hold the tools of.
+	reg   *registry.Registry
+	views map[string]*mcpView
+	clock uint64
+}
+
+// maxMCPServers bounds the kept servers of whole catalogs.
+const maxMCPServers = 32
+
+// mcpView is the kept server of one catalog view, built once.
+type mcpView struct {
+	once sync.Once
+	srv  *mcp.Server
+	used uint64
+}
+
+func newMCPServers(s *Server) *mcpServers {
+	return &mcpServers{s: s, views: map[string]*mcpView{}}
+}
+
+// forRequest is the MCP server of a request (nil, which the SDK answers
+// with 400, outside handleMCP).
+func (m *mcpServers) forRequest(r *http.Request) *mcp.Server {
+	ex, _ := r.Context().Value(mcpExchangeKey{}).(*mcpExchange)
+	if ex == nil {
+		return nil
 	}
-	if wants.srv != nil {
-		return wants.srv // the SDK asks twice per request
+	if ex.srv != nil {
+		return ex.srv
 	}
-	caller := CallerFrom(r.Context())
-	span := trace.SpanFromContext(r.Context())
-	base := requestBase(r)
+	reg := m.s.deps.Executor.Registry()
+	switch {
+	case ex.wants.all:
+		ex.srv = m.whole(reg, ex.caller)
+	case len(ex.wants.names) > 0:
+		ex.srv = m.s.newMCPServer(reg.List(ex.caller, registry.Filter{Names: ex.wants.names}))
+	default:
+		ex.srv = m.s.newMCPServer(nil)
+	}
+	return ex.srv
+}
+
+// whole is the kept server of caller's whole catalog in reg, built on
+// first use; requests that ask for it meanwhile wait for that one build.
+func (m *mcpServers) whole(reg *registry.Registry, caller *registry.Caller) *mcp.Server {
+	key := catalogView(caller)
+	m.mu.Lock()
+	if m.reg != reg {
+		m.reg, m.views = reg, map[string]*mcpView{}
+	}
+	v := m.views[key]
+	if v == nil {
+		if len(m.views) >= maxMCPServers {
+			m.evict()
+		}
+		v = &mcpView{}
+		m.views[key] = v
+	}
+	m.clock++
+	v.used = m.clock
+	m.mu.Unlock()
+	v.once.Do(func() { v.srv = m.s.newMCPServer(reg.List(caller, registry.Filter{})) })
+	return v.srv
+}
+
+// evict drops the least recently used view; m.mu is held.
+func (m *mcpServers) evict() {
+	var oldest string
+	var at uint64
+	for k, v := range m.views {
+		if oldest == "" || v.used < at {
+			oldest, at = k, v.used
+		}
+	}
+	delete(m.views, oldest)
+}
+
+// catalogView is what decides which tools of a registry a caller sees
+// (Caller.Sees): callers with the same view see the same catalog.
+func catalogView(c *registry.Caller) string {
+	if c == nil {
+		return "*"
+	}
+	return string(c.MaxTier) + "\x00" + strings.Join(c.Tools, "\x00")
+}
+
+// newMCPServer is an MCP server of tools, each answered by the executor
+// for the caller of the request in whose context it is called.
+func (s *Server) newMCPServer(tools []*registry.Tool) *mcp.Server {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "toolsvc", Title: "toolsvc tools", Version: s.version()}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		Logger:       quiet(s.deps.Logger),
@@ -84,77 +225,93 @@ func (s *Server) mcpServer(r *http.Request) *mcp.Server {
 			c.CacheScope, c.TTLMs = "private", mcpListTTL
 		},
 	})
-	// Only tools are served: the SDK would answer prompts and resources
-	// lists (empty) although the capabilities do not declare them.
 	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			// Only tools are served: the SDK would answer prompts and
+			// resources lists (empty) although the capabilities do not
+			// declare them.
 			if strings.HasPrefix(method, "prompts/") || strings.HasPrefix(method, "resources/") {
-				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("method %q is not served: this server has tools only", method)}
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("method %q is not served: this server has tools only", clipTo(method, maxEchoBytes))}
 			}
-			return next(ctx, method, req)
+			res, err := next(ctx, method, req)
+			return res, clipRPCError(err, req)
 		}
 	})
-	handler := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		// The SDK ties a handler's context to the HTTP request only for
-		// 2026-07-28 requests (PropagateRequestCancellation); tie it for
-		// every revision, or a client of an older one could hang up and
-		// leave its calls holding slots until they time out. Stateless,
-		// each POST is one exchange: once it ends, no one can get the
-		// answer.
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		defer context.AfterFunc(r.Context(), cancel)()
-		if res, err := s.mcpLimit(ctx, caller, req.Params.Name); res != nil || err != nil {
-			return res, err
-		}
-		// Keep the HTTP request's span as the parent of execute_tool.
-		ctx = trace.ContextWithSpan(ctx, span)
-		if req.Params.RequestState != "" || req.Params.InputResponses != nil {
-			// The retry of an input_required result: the caller's answer.
-			res, err := s.mcpAnswer(ctx, caller, req.Params)
-			return linkCutOutputs(res, base), err
-		}
-		return linkCutOutputs(s.mcpCall(ctx, caller, req.Params, canElicit(req)), base), nil
+	for _, t := range tools {
+		s.mcpAddTool(srv, t, s.mcpHandle)
 	}
-	if wants.all || len(wants.names) > 0 {
-		f := registry.Filter{}
-		if !wants.all {
-			f.Names = wants.names
-		}
-		for _, t := range s.deps.Executor.Registry().List(caller, f) {
-			s.mcpAddTool(srv, t, handler)
-		}
-	}
-	wants.srv = srv
 	return srv
 }
 
-// mcpWantsKey is the context key of a request's *mcpWants.
-type mcpWantsKey struct{}
+// clipRPCError bounds the message of a JSON-RPC error, which may quote
+// what the client sent: the SDK answers a tools/call of a 1 MB name with
+// that name. A tool name is echoed cut to maxEchoBytes, and every message
+// to maxDetailBytes, as problem details are.
+func clipRPCError(err error, req mcp.Request) error {
+	var e *jsonrpc.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	if c, ok := req.(*mcp.CallToolRequest); ok && c.Params != nil && len(c.Params.Name) > maxEchoBytes {
+		if q := strconv.Quote(c.Params.Name); strings.Contains(e.Message, q) {
+			e.Message = strings.Replace(e.Message, q, strconv.Quote(clipTo(c.Params.Name, maxEchoBytes))+fmt.Sprintf(" (cut; the name has %d bytes)", len(c.Params.Name)), 1)
+		}
+	}
+	if len(e.Message) > maxDetailBytes {
+		e.Message = clipTo(e.Message, maxDetailBytes) + "…"
+	}
+	return err
+}
+
+// mcpHandle answers one tools/call for the caller of its request.
+func (s *Server) mcpHandle(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	ex, _ := ctx.Value(mcpExchangeKey{}).(*mcpExchange)
+	if ex == nil {
+		return nil, errors.New("internal error: a tools/call outside a request to /mcp")
+	}
+	// The SDK ties a handler's context to the HTTP request only for
+	// 2026-07-28 requests (PropagateRequestCancellation); tie it for
+	// every revision, or a client of an older one could hang up and
+	// leave its calls holding slots until they time out. Stateless,
+	// each POST is one exchange: once it ends, no one can get the
+	// answer.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(ex.done, cancel)()
+	if res, err := s.mcpLimit(ctx, ex.caller, req.Params.Name); res != nil || err != nil {
+		return res, err
+	}
+	// Keep the HTTP request's span as the parent of execute_tool.
+	ctx = trace.ContextWithSpan(ctx, ex.span)
+	if req.Params.RequestState != "" || req.Params.InputResponses != nil {
+		// The retry of an input_required result: the caller's answer.
+		res, err := s.mcpAnswer(ctx, ex.caller, req.Params)
+		return linkCutOutputs(res, ex.base), err
+	}
+	return linkCutOutputs(s.mcpCall(ctx, ex, req.Params, canElicit(req)), ex.base), nil
+}
 
 // mcpWants is what the messages of one POST to /mcp need of the catalog.
 // Giving the SDK a tool costs several JSON round trips of its schemas, so
-// a request gets only the tools it uses: every tool for tools/list, the
-// named ones for tools/call, none for the rest (initialize, ping,
-// server/discover, …), and the server is built once although the SDK asks
-// for it twice. Otherwise every message, even a ping, would cost the
-// whole catalog twice: 0.2 CPU seconds and 80 MB of garbage with 500
-// tools.
+// a request gets only the tools it uses: the whole catalog for tools/list
+// (a kept server, mcpServers), the named ones for tools/call, none for the
+// rest (initialize, ping, server/discover, …), and the server is found
+// once although the SDK asks for it twice. Otherwise every message, even
+// a ping, would cost the whole catalog twice: 0.2 CPU seconds and 80 MB
+// of garbage with 500 tools.
 type mcpWants struct {
 	all   bool
 	names []string
-	// srv is the request's server, once built.
-	srv *mcp.Server
+	// batch: the body is a JSON-RPC batch, of calls tool calls.
+	batch bool
+	calls int
 }
 
-// add notes what one JSON-RPC message needs, and returns its method. A
-// message that cannot be read needs nothing: the SDK refuses it without
-// looking at the tools. Keys are matched exactly, as the SDK matches them.
-func (w *mcpWants) add(msg json.RawMessage) (method string) {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(msg, &m) != nil {
-		return ""
-	}
+// add notes what one JSON-RPC message, read as the SDK reads it (member
+// names matched exactly, the last of a name given twice), needs, and
+// returns its method. A message that cannot be read needs nothing: the
+// SDK refuses it without looking at the tools.
+func (w *mcpWants) add(m map[string]json.RawMessage) (method string) {
 	if json.Unmarshal(m["method"], &method) != nil {
 		return ""
 	}
@@ -162,6 +319,7 @@ func (w *mcpWants) add(msg json.RawMessage) (method string) {
 	case "tools/list":
 		w.all = true
 	case "tools/call":
+		w.calls++
 		var p map[string]json.RawMessage
 		var name string
 		if json.Unmarshal(m["params"], &p) == nil && json.Unmarshal(p["name"], &name) == nil && name != "" {
@@ -169,6 +327,20 @@ func (w *mcpWants) add(msg json.RawMessage) (method string) {
 		}
 	}
 	return method
+}
+
+// envelope is a JSON-RPC message's members as the SDK reads them: by
+// their exact names, the last of a name given twice (its decoder matches
+// names case-sensitively). A struct field tagged "id" would be filled by
+// encoding/json from "Id" or "ID" too, and from the last of them, so
+// {"id":1.5,"Id":2} would pass the id check as 2 and be answered as 1.
+// nil when msg is not a JSON object.
+func envelope(msg json.RawMessage) map[string]json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(msg, &m) != nil {
+		return nil
+	}
+	return m
 }
 
 // CheckMCPTool says why /mcp could not serve t: the MCP SDK refuses its
@@ -230,13 +402,23 @@ func mcpSDKTool(t *registry.Tool) *mcp.Tool {
 // an unknown tool never gets here (the SDK answers -32602). A call sent
 // for approval that the caller may approve themselves is, for a client
 // that can answer (elicit), an input_required result asking them to.
-func (s *Server) mcpCall(ctx context.Context, caller *registry.Caller, p *mcp.CallToolParamsRaw, elicit bool) *mcp.CallToolResult {
+func (s *Server) mcpCall(ctx context.Context, ex *mcpExchange, p *mcp.CallToolParamsRaw, elicit bool) *mcp.CallToolResult {
+	caller := ex.caller
 	if !caller.Has(registry.ScopeCall) {
 		return mcpText(fmt.Sprintf("This caller lacks the %q scope and cannot call tools.", registry.ScopeCall))
 	}
-	res, err := s.deps.Executor.Execute(ctx, caller, &registry.Call{ToolName: p.Name, Arguments: p.Arguments})
+	call := &registry.Call{ToolName: p.Name, Arguments: p.Arguments}
+	var res *registry.Result
+	var err error
+	var waited time.Duration
+	if ex.batch != nil {
+		res, err = ex.batch.execute(ctx, s.deps.Executor, caller, call)
+		waited = ex.batch.wait()
+	} else {
+		res, err = s.deps.Executor.Execute(ctx, caller, call)
+	}
 	if errors.Is(err, registry.ErrOverloaded) {
-		return mcpText("The service is busy (too many tool calls at once). Wait a few seconds and call the tool again.")
+		return mcpText(overloadedText(err, waited))
 	}
 	if err != nil {
 		return mcpText("The call could not be taken: " + err.Error())
@@ -247,6 +429,140 @@ func (s *Server) mcpCall(ctx context.Context, caller *registry.Caller, p *mcp.Ca
 		}
 	}
 	return mcpToolResult(res)
+}
+
+// overloadedText is the result of a call refused for want of capacity,
+// naming the limit that refused it: the tool's own (maxConcurrency) or
+// the service's; waited is how long the call waited for capacity.
+func overloadedText(err error, waited time.Duration) string {
+	var limit *registry.ToolLimitError
+	what := "The service is busy: it is at its limit of tool calls running at once"
+	if errors.As(err, &limit) {
+		what = fmt.Sprintf("Tool %s is busy: it runs at most %d calls at once, and that many are running", limit.Tool, limit.Max)
+	}
+	if waited > 0 {
+		what += fmt.Sprintf(", and none ended within %s", waited)
+	}
+	return what + "; this call did not run, nothing was executed. Wait a few seconds and call the tool again."
+}
+
+// mcpBatch admits the tool calls of one JSON-RPC batch as ExecuteBatch
+// admits a batch's calls (see POST /calls/batch). The SDK runs a batch's
+// messages at once, each to Execute on its own, so a batch of 20 calls of
+// a tool that runs 8 at once had 12 refused as overloaded by its own 8.
+// Here the calls beyond a limit wait for the batch's own calls to end:
+// read_only calls run side by side, at most TOOLSVC_BATCH_PARALLELISM at
+// once and at most the tool's own maxConcurrency of one tool, and a call
+// of another tier runs alone (in no set order: JSON-RPC lets a server
+// answer a batch's messages in any). Each call then runs as a batch of
+// one, so that it waits up to the batch's capacity wait for the slots
+// other requests' calls hold, as a call of POST /calls/batch does. The
+// executor keeps the service-wide limit to itself: where it is below the
+// batch's parallelism, the calls beyond it wait for capacity as for
+// other requests' calls, up to the capacity wait.
+type mcpBatch struct {
+	opts registry.BatchOptions
+	// slots are the batch's calls running at once; a call of another
+	// tier than read_only takes them all.
+	slots chan struct{}
+	// gather is held by a call that is taking every slot, so that two
+	// such calls do not each hold some.
+	gather chan struct{}
+	mu     sync.Mutex
+	// perTool bounds the batch's calls of a tool whose own limit is below
+	// the batch's parallelism.
+	perTool map[string]chan struct{}
+}
+
+func newMCPBatch(o registry.BatchOptions) *mcpBatch {
+	n := o.Parallelism
+	if n <= 0 {
+		n = registry.DefaultBatchParallelism
+	}
+	return &mcpBatch{opts: o, slots: make(chan struct{}, n), gather: make(chan struct{}, 1), perTool: map[string]chan struct{}{}}
+}
+
+// wait is how long a call of the batch waits for capacity.
+func (b *mcpBatch) wait() time.Duration {
+	if b.opts.CapacityWait > 0 {
+		return b.opts.CapacityWait
+	}
+	return registry.DefaultCapacityWait
+}
+
+// execute runs call once the batch admits it. A call whose request ended
+// while it waited is answered as ExecuteBatch answers a call not started.
+func (b *mcpBatch) execute(ctx context.Context, e Executor, caller *registry.Caller, call *registry.Call) (*registry.Result, error) {
+	t, _ := e.Registry().Lookup(call.ToolName)
+	release := b.admit(ctx, t)
+	defer release()
+	results, err := e.ExecuteBatch(ctx, caller, []*registry.Call{call}, b.opts)
+	if err != nil {
+		return nil, err
+	}
+	return results[0], nil
+}
+
+// admit waits until a call of t may start, and returns what gives its
+// place back; when ctx ends first, the call takes no place.
+func (b *mcpBatch) admit(ctx context.Context, t *registry.Tool) (release func()) {
+	none := func() {}
+	if t != nil && t.Tier != registry.ReadOnly {
+		select {
+		case b.gather <- struct{}{}:
+		case <-ctx.Done():
+			return none
+		}
+		defer func() { <-b.gather }()
+		taken := 0
+		release = func() {
+			for range taken {
+				<-b.slots
+			}
+		}
+		for taken < cap(b.slots) {
+			select {
+			case b.slots <- struct{}{}:
+				taken++
+			case <-ctx.Done():
+				release()
+				return none
+			}
+		}
+		return release
+	}
+	select {
+	case b.slots <- struct{}{}:
+	case <-ctx.Done():
+		return none
+	}
+	own := b.own(t)
+	if own == nil {
+		return func() { <-b.slots }
+	}
+	select {
+	case own <- struct{}{}:
+	case <-ctx.Done():
+		<-b.slots
+		return none
+	}
+	return func() { <-own; <-b.slots }
+}
+
+// own is the batch's bound on its calls of t, nil when t's own limit does
+// not bind before the batch's parallelism does.
+func (b *mcpBatch) own(t *registry.Tool) chan struct{} {
+	if t == nil || t.MaxConcurrency <= 0 || t.MaxConcurrency >= cap(b.slots) {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch := b.perTool[t.Name]
+	if ch == nil {
+		ch = make(chan struct{}, t.MaxConcurrency)
+		b.perTool[t.Name] = ch
+	}
+	return ch
 }
 
 // mcpToolResult is the CallToolResult of a result.
@@ -346,16 +662,13 @@ func boundBatch(w *jsonRPCErrors, r *http.Request, limit int64) (*mcpWants, *rpc
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) == 0 || trimmed[0] != '[' {
-		var one struct {
-			ID json.RawMessage `json:"id"`
-		}
-		if json.Unmarshal(trimmed, &one) == nil {
-			if _, bad := rpcIDKey(one.ID); bad != "" {
+		if m := envelope(trimmed); m != nil {
+			if _, bad := rpcIDKey(m["id"]); bad != "" {
 				return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest, bad}
 			}
-			w.id = one.ID
+			w.id = m["id"]
+			wants.add(m)
 		}
-		wants.add(trimmed)
 		return wants, nil
 	}
 	var batch []json.RawMessage
@@ -373,22 +686,23 @@ func boundBatch(w *jsonRPCErrors, r *http.Request, limit int64) (*mcpWants, *rpc
 	}
 	seen := make(map[string]int, len(batch))
 	list := 0 // the message that is a tools/list, counting from 1
+	wants.batch = true
 	for i, msg := range batch {
-		var one struct {
-			ID json.RawMessage `json:"id"`
+		m := envelope(msg)
+		if m == nil {
+			continue // the SDK refuses it
 		}
-		if json.Unmarshal(msg, &one) == nil {
-			key, bad := rpcIDKey(one.ID)
-			if bad != "" {
-				return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest, fmt.Sprintf("message %d of the batch: %s", i+1, bad)}
-			}
-			if j, ok := seen[key]; ok && key != "" {
-				return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest,
-					fmt.Sprintf("messages %d and %d of the batch have the same id %s; each request of a batch needs an id of its own, so that its answer can be told apart", j+1, i+1, one.ID)}
-			}
-			seen[key] = i
+		id := m["id"]
+		key, bad := rpcIDKey(id)
+		if bad != "" {
+			return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest, fmt.Sprintf("message %d of the batch: %s", i+1, bad)}
 		}
-		if wants.add(msg) == "tools/list" {
+		if j, ok := seen[key]; ok && key != "" {
+			return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest,
+				fmt.Sprintf("messages %d and %d of the batch have the same id %s; each request of a batch needs an id of its own, so that its answer can be told apart", j+1, i+1, clipTo(string(id), maxEchoBytes))}
+		}
+		seen[key] = i
+		if wants.add(m) == "tools/list" {
 			if list != 0 {
 				return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest,
 					fmt.Sprintf("messages %d and %d of the batch are both tools/list; a batch may hold at most one, as its answer is the whole catalog, so send one tools/list", list, i+1)}
@@ -432,12 +746,16 @@ func rpcIDKey(id json.RawMessage) (key, bad string) {
 
 // jsonRPCErrors turns the SDK's text/plain error answers (bad headers,
 // wrong content type, oversized body, malformed JSON) into JSON-RPC error
-// responses with id null, keeping the HTTP status.
+// responses with id null, keeping the HTTP status, and cuts the message
+// of the JSON-RPC errors it answers with an HTTP error status (which may
+// quote a header of the client's whole) to maxDetailBytes.
 type jsonRPCErrors struct {
 	http.ResponseWriter
 	status  int
 	text    bytes.Buffer
 	capture bool
+	// rpc: what is captured is the SDK's own JSON-RPC error.
+	rpc bool
 	// id is the request's id, when the body is one message.
 	id json.RawMessage
 }
@@ -448,8 +766,8 @@ func (w *jsonRPCErrors) WriteHeader(status int) {
 	}
 	w.status = status
 	h := w.Header()
-	if status >= 400 && strings.HasPrefix(h.Get("Content-Type"), "text/plain") {
-		w.capture = true
+	if ct := h.Get("Content-Type"); status >= 400 && (strings.HasPrefix(ct, "text/plain") || strings.HasPrefix(ct, "application/json")) {
+		w.capture, w.rpc = true, strings.HasPrefix(ct, "application/json")
 		h.Del("Content-Length")
 		h.Del("X-Content-Type-Options")
 		return
@@ -481,6 +799,10 @@ func (w *jsonRPCErrors) finish() {
 		return
 	}
 	w.capture = false
+	if w.rpc {
+		w.finishRPC()
+		return
+	}
 	code := int64(jsonrpc.CodeInvalidRequest)
 	msg := strings.TrimSpace(w.text.String())
 	var id json.RawMessage
@@ -492,7 +814,32 @@ func (w *jsonRPCErrors) finish() {
 		// on, and with a text error before.
 		code, id = jsonrpc.CodeMethodNotFound, w.id
 	}
+	// The SDK may quote what the client sent (a method name of a
+	// megabyte).
+	if len(msg) > maxDetailBytes {
+		msg = clipTo(msg, maxDetailBytes) + "…"
+	}
 	writeJSONRPCID(w, w.status, id, code, msg)
+}
+
+// finishRPC writes the SDK's JSON-RPC error as it is, or with its
+// message cut when that is too long: the SDK quotes a header that does not
+// match the body whole ("header mismatch: Mcp-Name header value …").
+func (w *jsonRPCErrors) finishRPC() {
+	var m struct {
+		ID    json.RawMessage `json:"id"`
+		Error *struct {
+			Code    int64           `json:"code"`
+			Message string          `json:"message"`
+			Data    json.RawMessage `json:"data"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(w.text.Bytes(), &m) != nil || m.Error == nil || len(m.Error.Message) <= maxDetailBytes {
+		w.ResponseWriter.WriteHeader(w.status)
+		_, _ = w.ResponseWriter.Write(w.text.Bytes())
+		return
+	}
+	writeJSONRPCData(w, w.status, m.ID, m.Error.Code, clipTo(m.Error.Message, maxDetailBytes)+"…", m.Error.Data)
 }
 
 // writeJSONRPC writes a JSON-RPC error response (id null: the request's id
@@ -502,10 +849,19 @@ func writeJSONRPC(w http.ResponseWriter, status int, code int64, msg string) {
 }
 
 func writeJSONRPCID(w http.ResponseWriter, status int, id json.RawMessage, code int64, msg string) {
+	writeJSONRPCData(w, status, id, code, msg, nil)
+}
+
+// writeJSONRPCData writes a JSON-RPC error response with data (nil: none).
+func writeJSONRPCData(w http.ResponseWriter, status int, id json.RawMessage, code int64, msg string, data json.RawMessage) {
 	if len(id) == 0 {
 		id = json.RawMessage("null")
 	}
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": code, "message": msg}})
+	e := map[string]any{"code": code, "message": msg}
+	if data != nil {
+		e["data"] = data
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "error": e})
 	w.Header().Set("Content-Type", "application/json")
 	if jw, ok := w.(*jsonRPCErrors); ok {
 		jw.status = 0

@@ -121,6 +121,8 @@ func (s *Server) mcpAnswer(ctx context.Context, caller *registry.Caller, p *mcp.
 		return mcpText(fmt.Sprintf("This caller lacks the %q scope and cannot call tools.", registry.ScopeCall)), nil
 	}
 	id := p.RequestState
+	// What the client sent is quoted back cut, as a problem's echo is.
+	quoted := clipTo(id, maxEchoBytes)
 	if id == "" {
 		return nil, invalidParams("inputResponses came without requestState: echo the requestState of the input_required result")
 	}
@@ -132,15 +134,15 @@ func (s *Server) mcpAnswer(ctx context.Context, caller *registry.Caller, p *mcp.
 	a, err := ex.CallerApproval(ctx, caller, id)
 	switch {
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrNoStore):
-		return nil, invalidParams(fmt.Sprintf("requestState %q names no approval request of this caller", id))
+		return nil, invalidParams(fmt.Sprintf("requestState %q names no approval request of this caller", quoted))
 	case errors.Is(err, registry.ErrCallerMayNotApprove):
-		return nil, invalidParams(fmt.Sprintf("approval request %s is not the caller's to decide: %v", id, err))
+		return nil, invalidParams(fmt.Sprintf("approval request %s is not the caller's to decide: %v", quoted, err))
 	case err != nil:
 		s.deps.Logger.Error("mcp: reading an approval request failed", "approvalId", id, "error", err)
 		return mcpText("The approval request could not be read (the service's store is not answering). Try again in a few seconds."), nil
 	}
 	if !a.Binds(p.Name, p.Arguments, s.deps.Limits.MaxJSONDepth) {
-		return nil, invalidParams(fmt.Sprintf("approval request %s is for another call (tool %s and its arguments): retry the call exactly as it was made", id, a.ToolName))
+		return nil, invalidParams(fmt.Sprintf("approval request %s is for another call (tool %s and its arguments): retry the call exactly as it was made", quoted, a.ToolName))
 	}
 	var v registry.Verdict
 	switch answer.Action {
@@ -153,7 +155,7 @@ func (s *Server) mcpAnswer(ctx context.Context, caller *registry.Caller, p *mcp.
 		// call stands (pending, or what an approver decided meanwhile).
 		return s.mcpStanding(ctx, a), nil
 	default:
-		return nil, invalidParams(fmt.Sprintf("the answer's action %q is not accept, decline or cancel", answer.Action))
+		return nil, invalidParams(fmt.Sprintf("the answer's action %q is not accept, decline or cancel", clipTo(answer.Action, maxEchoBytes)))
 	}
 	reason, _ := answer.Content["reason"].(string)
 	if msg := registry.CheckReason(reason); msg != "" {

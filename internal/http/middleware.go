@@ -116,6 +116,9 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(ww, r)
 		route := chi.RouteContext(r.Context()).RoutePattern()
+		if route == "" {
+			route = UnmatchedRoute // as the metrics and the span name it
+		}
 		level := slog.LevelInfo
 		switch {
 		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics":

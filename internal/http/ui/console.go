@@ -100,8 +100,25 @@ func New(o Options) (*Console, error) {
 		c.pages[page] = t
 	}
 	sub, _ := fs.Sub(assetFS, "assets")
-	c.assets = http.StripPrefix("/ui/assets/", http.FileServerFS(sub))
+	c.assets = http.StripPrefix("/ui/assets/", http.FileServerFS(filesOnly{sub}))
 	return c, nil
+}
+
+// filesOnly serves the files of an FS and none of its directories: a
+// directory is not found, rather than listed (GET /ui/assets/ listed the
+// assets).
+type filesOnly struct{ fs.FS }
+
+func (f filesOnly) Open(name string) (fs.File, error) {
+	file, err := f.FS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := file.Stat(); err != nil || st.IsDir() {
+		file.Close()
+		return nil, fs.ErrNotExist
+	}
+	return file, nil
 }
 
 // card is what the request template gets: the request and what the page
