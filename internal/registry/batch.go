@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -56,8 +55,8 @@ func (o BatchOptions) withDefaults() BatchOptions {
 // the executor drains (Drain), calls not started are not started, and get
 // E_CANCELED results saying that the service is shutting down. When
 // ctx ends, running calls are cancelled and calls not started get
-// E_CANCELED results; so does a call whose tool is not read_only and
-// that ctx cut short, saying whether its tool had started (see cutShort).
+// E_CANCELED results (one whose tool is not read_only and had started
+// says that its side effects are unknown).
 //
 // A call that waits for approval (or is still running, answered from the
 // record of an earlier call with its toolCallId) has not finished: the
@@ -153,7 +152,7 @@ func (b *batch) run(ctx context.Context, i int) {
 	res, err := b.e.Execute(ctx, b.caller, b.calls[i])
 	switch {
 	case err == nil:
-		b.results[i] = b.cutShort(ctx, res)
+		b.results[i] = res
 	case errors.Is(err, ErrOverloaded), errors.Is(err, ErrUnavailable):
 		b.refused[i] = err
 	case errors.Is(err, ErrConflict):
@@ -216,57 +215,6 @@ func (b *batch) group(ctx context.Context, from, to, n int) {
 	}
 	wg.Wait()
 }
-
-// cutShort says, in the answer of a call of a tool that is not read_only
-// which was canceled (its E_CANCELED "the call was canceled before it
-// finished"), what that leaves unsaid: whether the tool had started, and
-// so may have made its change part-way, or not, and nothing was executed.
-// Such a call is recorded before its tool starts, and a call canceled
-// before that (it waited for a slot) leaves no record: with a store the
-// record tells, and without one the answer says that it may have started.
-// A record read again by a retry is answered the same way.
-func (b *batch) cutShort(ctx context.Context, res *Result) *Result {
-	canceled := canceledError(context.Background()).Message
-	if res.Code() != CodeCanceled || !strings.HasPrefix(res.Error.Message, canceled) {
-		return res
-	}
-	t, ok := b.e.Registry().Lookup(res.ToolName)
-	if !ok || t.Tier == ReadOnly {
-		return res // no side effects to wonder about
-	}
-	why := ""
-	if cause := strings.TrimPrefix(strings.TrimPrefix(res.Error.Message, canceled), ": "); cause != "" {
-		why = " (" + cause + ")"
-	}
-	e := *res.Error
-	started := 0 // unknown
-	if b.e.store != nil && !t.Nests {
-		switch _, err := b.e.store.GetCall(context.WithoutCancel(ctx), b.caller.ID, res.ToolCallID); {
-		case err == nil:
-			started = 1
-		case errors.Is(err, ErrNotFound):
-			started = -1
-		}
-	}
-	switch started {
-	case 1:
-		e.Message = fmt.Sprintf("stopped: the call was canceled%s while tool %s ran; %s", why, t.Name, EffectsUnknownText)
-		e.Suggestion = "Check whether the change this call was meant to make happened before trying again; a retry needs a new toolCallId."
-	case -1:
-		e.Message = fmt.Sprintf("not started: the call was canceled%s before tool %s started; nothing was executed", why, t.Name)
-		e.Suggestion = "Retry this call: nothing of it ran, so its toolCallId may be used again."
-	default:
-		e.Message = fmt.Sprintf("the call was canceled%s before it finished; tool %s may have started, so %s", why, t.Name, EffectsUnknownText)
-		e.Suggestion = "Check whether the change this call was meant to make happened before trying again."
-	}
-	c := *res // a stored or held result may be shared
-	c.Error = &e
-	return &c
-}
-
-// EffectsUnknownText ends the message of a call stopped while its tool
-// may have been making its change.
-const EffectsUnknownText = "whether its side effects happened is unknown"
 
 // unfinished returns the first of calls[from:to] that waits for approval
 // or is still running, or -1.

@@ -715,7 +715,7 @@ func (e *Executor) finalize(res *Result, tool *Tool, err error, start time.Time)
 func (e *Executor) acquire(ctx context.Context, tool *Tool) (release func(), err error) {
 	global, err := takeSlot(ctx, e.slots, true)
 	if err != nil {
-		return nil, err
+		return nil, notStarted(err, tool)
 	}
 	own, err := takeSlot(ctx, tool.slots, false)
 	if err != nil {
@@ -723,7 +723,7 @@ func (e *Executor) acquire(ctx context.Context, tool *Tool) (release func(), err
 		if errors.Is(err, ErrOverloaded) {
 			err = &ToolLimitError{Tool: tool.Name, Max: tool.MaxConcurrency}
 		}
-		return nil, err
+		return nil, notStarted(err, tool)
 	}
 	return func() { own(); global() }, nil
 }
@@ -849,7 +849,7 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, series *toolSeries, r
 			return nil, timedOut(tool, timeout, o.err)
 		}
 		if o.err != nil && ctx.Err() != nil {
-			return nil, canceledError(ctx)
+			return nil, stoppedError(ctx, tool)
 		}
 		return o.out, o.err
 	case <-tctx.Done():
@@ -877,7 +877,7 @@ func (e *Executor) invoke(ctx context.Context, tool *Tool, series *toolSeries, r
 			}
 		}
 		if ctx.Err() != nil {
-			return nil, canceledError(ctx)
+			return nil, stoppedError(ctx, tool)
 		}
 		if abandoned {
 			return nil, abandonedError(tool, timeout)
@@ -948,12 +948,57 @@ func (e *Executor) isDraining() bool {
 	}
 }
 
+// canceledText is the message of a call canceled before it finished
+// (canceledError), before the cause.
+const canceledText = "the call was canceled before it finished"
+
 func canceledError(ctx context.Context) *Error {
-	msg := "the call was canceled before it finished"
+	msg := canceledText
 	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
 		msg += ": " + c.Error()
 	}
 	return &Error{Code: CodeCanceled, Message: msg}
+}
+
+// EffectsUnknownText ends the message of a call stopped while its tool
+// may have been making its change.
+const EffectsUnknownText = "whether its side effects happened is unknown"
+
+// notStarted is err of a call canceled while it waited for a concurrency
+// slot, saying that its tool never started. Any other err is returned as
+// it is.
+func notStarted(err error, tool *Tool) error {
+	var c *Error
+	if !errors.As(err, &c) || c.Code != CodeCanceled {
+		return err
+	}
+	why := ""
+	if cause := strings.TrimPrefix(c.Message, canceledText+": "); cause != c.Message {
+		why = " (" + cause + ")"
+	}
+	return &Error{Code: CodeCanceled,
+		Message:    fmt.Sprintf("not started: the call was canceled%s before tool %s started; nothing was executed", why, tool.Name),
+		Suggestion: "Send the call again: nothing of it ran, so its toolCallId may be used again."}
+}
+
+// stoppedError is the E_CANCELED of a call canceled (its caller went
+// away, or the call that made it ran out of time) while its tool ran. A
+// tool that is not read_only may have made its change, or part of it:
+// the answer, and the record a repeat reads, must not let a model take it
+// for one that did nothing ("canceled before it finished") and make the
+// change again. (At shutdown, process records such a call E_INTERRUPTED.)
+func stoppedError(ctx context.Context, tool *Tool) *Error {
+	err := canceledError(ctx)
+	if tool.Tier == ReadOnly {
+		return err
+	}
+	why := ""
+	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+		why = " (" + c.Error() + ")"
+	}
+	err.Message = fmt.Sprintf("stopped: the call was canceled%s while tool %s ran; %s", why, tool.Name, EffectsUnknownText)
+	err.Suggestion = "Check whether the change this call was meant to make happened before making it again, with a new toolCallId (this one keeps this result)."
+	return err
 }
 
 func (e *Executor) notFound(reg *Registry, caller *Caller, name string) *Error {

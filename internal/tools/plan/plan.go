@@ -334,20 +334,13 @@ func stepError(ctx, sctx context.Context, e *registry.Error, tool string) {
 		// The service was full or shutting down.
 		e.Suggestion = "Call " + Name + " again with the same toolCallId: the steps that ran give their results again without running twice, and this one runs."
 	case e.Code == registry.CodeCanceled && strings.Contains(e.Message, registry.EffectsUnknownText):
-		// A step not read-only that had started, and was recorded (a
-		// repeat of the plan gives its result again), or may have.
-		mayHave := strings.Contains(e.Message, "may have started")
-		switch {
-		case outOfTime && mayHave:
-			e.Message = "stopped: the plan's time ran out before this step finished; it may have started, so " + registry.EffectsUnknownText
-		case outOfTime:
+		// A step not read-only that had started, and was recorded: a
+		// repeat of the plan gives its result again.
+		if outOfTime {
 			e.Message = "stopped: the plan's time ran out while this step ran; " + registry.EffectsUnknownText
 		}
 		e.Suggestion = "Check whether the change this step was meant to make happened before running it again, as a call of " + tool +
 			" of its own with a new toolCallId and the time it needs: " + Name + " called again with the same toolCallId gives this step this same result."
-		if mayHave {
-			e.Suggestion = "Check whether the change this step was meant to make happened before running it again, as a call of " + tool + " of its own with the time it needs."
-		}
 	case e.Code == registry.CodeCanceled && outOfTime:
 		e.Message = "stopped: the plan's time ran out while this step ran"
 		e.Suggestion = "Make this step a call of its own, with the time it needs."
