@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/http/ui"
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -117,6 +118,12 @@ func decodeCursor(s string) (*registry.ApprovalCursor, error) {
 	if !ok || err != nil || id == "" {
 		return nil, errors.New("not a cursor")
 	}
+	// Anyone can write a cursor: its id reaches the store, which must not
+	// fail on it as if it were down (PostgreSQL refuses a NUL or invalid
+	// UTF-8), so it is held to what an id is.
+	if !utf8.ValidString(id) || badText(id, nil) != "" {
+		return nil, errors.New("not an approval id")
+	}
 	return &registry.ApprovalCursor{CreatedAt: time.UnixMicro(micros), ID: id}, nil
 }
 
@@ -209,6 +216,9 @@ func (s *Server) handleDecide(w http.ResponseWriter, r *http.Request) error {
 	body, err := s.readJSON(w, r)
 	if err != nil {
 		return err
+	}
+	if e := decisionShape.check(body); e != nil {
+		return problem(kindInvalidDecision, `send {"decision": "approve" | "deny", "reason": "..."}: `+e.detail("the decision"))
 	}
 	var d decision
 	dec := json.NewDecoder(strings.NewReader(string(body)))

@@ -30,6 +30,9 @@ func decodeBatch(raw []byte) (*wireBatch, error) {
 	if raw[0] != '{' {
 		return nil, problem(kindInvalidBatch, `a batch must be a JSON object: {"calls": [...]}`)
 	}
+	if e := batchShape.check(raw); e != nil {
+		return nil, problem(kindInvalidBatch, e.detail("the batch"))
+	}
 	var b wireBatch
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	// Strict as a native call is: a misspelt "catalog" would otherwise
@@ -50,6 +53,13 @@ func decodeBatch(raw []byte) (*wireBatch, error) {
 	}
 	if n := len(*b.Calls); n > registry.MaxBatchCalls {
 		return nil, problem(kindInvalidBatch, fmt.Sprintf("the batch holds %d calls; at most %d are allowed, so split it", n, registry.MaxBatchCalls))
+	}
+	// The calls take the batch's context as their own: it is held to what
+	// a call's own context is.
+	if b.Context != nil {
+		if msg := badContext(b.Context, raw); msg != "" {
+			return nil, problem(kindInvalidBatch, "the batch's "+msg)
+		}
 	}
 	return &b, nil
 }

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
@@ -48,11 +52,20 @@ type wireCall struct {
 // A native call must hold only members toolsvc knows, so that a misspelt
 // one ("args") is refused with the member it meant rather than silently
 // dropped. Bodies in a model provider's own shape keep the provider's other
-// members (a Gemini part's thoughtSignature, an item's status).
+// members (a Gemini part's thoughtSignature, an item's status). In every
+// shape, a member toolsvc reads must be given once and in the contract's
+// case (see shape.check).
 func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '{' {
 		return nil, problem(kindInvalidCall, "a call must be a JSON object")
+	}
+	if e := callShape.check(raw); e != nil {
+		// Nothing of the call is echoed: which of two ids would it be?
+		if e.twice() {
+			return nil, problem(kindInvalidCall, e.detail("the call"))
+		}
+		return nil, problem(kindUnknownMember, e.detail("the call"))
 	}
 	var w wireCall
 	// The decoder reports the first unknown member or type mismatch and
@@ -96,6 +109,12 @@ func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 			unknown = w.modelMember()
 		}
 	}
+	// The id is checked before anything is answered: no answer, and no
+	// audit line, may echo an id that fails the check.
+	badID := badText(c.ToolCallID, raw)
+	if badID != "" {
+		c.ToolCallID = ""
+	}
 	if native && unknown != "" {
 		return &c, problem(kindUnknownMember, unknownMemberDetail(unknown))
 	}
@@ -108,26 +127,32 @@ func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 	if c.ToolName == "" {
 		return &c, problem(kindMissingToolName, `the call names no tool; send {"toolName": "...", "arguments": {...}}, an OpenAI tool call or function_call item, an Anthropic tool_use block or a Gemini functionCall part`)
 	}
-	for _, f := range []struct {
-		name string
-		v    *string
-	}{
-		{"toolCallId", &c.ToolCallID},
-		{"context.instanceKey", &c.Context.InstanceKey},
-		{"context.agentName", &c.Context.AgentName},
-		{"context.turnId", &c.Context.TurnID},
-	} {
-		if msg := badText(*f.v, raw); msg != "" {
-			if f.v == &c.ToolCallID {
-				c.ToolCallID = "" // the answer must not echo a bad id
-			}
-			return &c, problem(kindInvalidCall, f.name+" "+msg)
-		}
+	if badID != "" {
+		return &c, problem(kindInvalidCall, "toolCallId "+badID)
+	}
+	if msg := badContext(&c.Context, raw); msg != "" {
+		return &c, problem(kindInvalidCall, msg)
 	}
 	if c.TimeoutMs < 0 {
 		return &c, problem(kindInvalidCall, fmt.Sprintf("timeoutMs is %d; it is a number of milliseconds, at least 1 (leave it out, or send 0, for the tool's own timeout)", c.TimeoutMs))
 	}
 	return &c, nil
+}
+
+// badContext says what is wrong with an identifier of a call's context,
+// or of a batch's (which its calls take), naming it; "" when nothing is.
+// raw is the body the context was read from.
+func badContext(cc *registry.CallContext, raw []byte) string {
+	for _, f := range []struct{ name, v string }{
+		{"context.instanceKey", cc.InstanceKey},
+		{"context.agentName", cc.AgentName},
+		{"context.turnId", cc.TurnID},
+	} {
+		if msg := badText(f.v, raw); msg != "" {
+			return f.name + " " + msg
+		}
+	}
+	return ""
 }
 
 // maxCallText bounds a call's identifiers: its toolCallId and the members
@@ -400,4 +425,150 @@ func resultStatus(r *registry.Result) int {
 		return http.StatusAccepted
 	}
 	return http.StatusOK
+}
+
+// shape is the members of a JSON object that encoding/json decodes into a
+// struct, each with the shape of its own value when that is an object too
+// (nil otherwise), and their names as encoding/json folds them.
+type shape struct {
+	members map[string]*shape
+	folded  map[string]string // a member's name by its folded form
+}
+
+// The shapes of the bodies whose member names are checked.
+var (
+	callShape     = shapeOf(reflect.TypeFor[wireCall]())
+	batchShape    = shapeOf(reflect.TypeFor[wireBatch]())
+	decisionShape = shapeOf(reflect.TypeFor[decision]())
+)
+
+// shapeOf is the shape of struct type t, by encoding/json's rules: the
+// tag's name or else the field's, and the fields of an untagged embedded
+// struct inlined; nil when t is not a struct.
+func shapeOf(t reflect.Type) *shape {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	s := &shape{members: map[string]*shape{}, folded: map[string]string{}}
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-":
+			continue
+		case f.Anonymous && name == "":
+			if inner := shapeOf(f.Type); inner != nil {
+				maps.Copy(s.members, inner.members)
+				maps.Copy(s.folded, inner.folded)
+			}
+			continue
+		case !f.IsExported():
+			continue
+		case name == "":
+			name = f.Name
+		}
+		s.members[name] = shapeOf(f.Type)
+		s.folded[string(appendFolded(nil, name))] = name
+	}
+	return s
+}
+
+// appendFolded appends name folded as encoding/json folds member names
+// to match them to fields: two names fold alike exactly when it takes one
+// for the other ("TOOLNAME" for toolName, "timeoutMſ" for timeoutMs).
+func appendFolded(out []byte, name string) []byte {
+	for _, r := range name {
+		switch {
+		case 'a' <= r && r <= 'z':
+			out = append(out, byte(r-'a'+'A'))
+		case r < utf8.RuneSelf:
+			out = append(out, byte(r))
+		default:
+			// The smallest rune of r's fold set.
+			for {
+				r2 := unicode.SimpleFold(r)
+				if r2 <= r {
+					r = r2
+					break
+				}
+				r = r2
+			}
+			out = utf8.AppendRune(out, r)
+		}
+	}
+	return out
+}
+
+// memberError is a member name that encoding/json would read without a
+// word, but not as the contract means it: given twice in one object (it
+// keeps the last, other readers the first, so {"decision": "deny",
+// "decision": "approve"} would approve), or in another case than the
+// contract's (it matches names case-insensitively, so "TOOLNAME" would
+// pass for toolName).
+type memberError struct {
+	member string // dotted from the body: "context.turnId"
+	want   string // for a name in another case, the contract's; "" for a name given twice
+}
+
+// detail says what is wrong, of body what ("the call").
+func (e *memberError) detail(what string) string {
+	if e.twice() {
+		return fmt.Sprintf("%s has the member %q twice; JSON readers differ on which one counts, so send it once", what, clipTo(e.member, maxEchoBytes))
+	}
+	return fmt.Sprintf("%s has a member %q; member names are case-sensitive, so send it as %q", what, clipTo(e.member, maxEchoBytes), e.want)
+}
+
+// twice reports whether the member is given twice (rather than in
+// another case).
+func (e *memberError) twice() bool { return e.want == "" }
+
+// check returns the first member of the JSON object raw, or of an object
+// within it that s describes, that is given twice or that differs from a
+// member of s only in case; nil when there is none. Members s does not
+// know are left to the decoder, and so are the values it does not
+// describe: the arguments are the executor's to check (a member twice in
+// them is E_INVALID_ARGUMENTS, with its JSON pointer).
+func (s *shape) check(raw []byte) *memberError {
+	return s.checkIn(raw, "")
+}
+
+func (s *shape) checkIn(raw []byte, prefix string) *memberError {
+	// From a bytes.Buffer the decoder reads in place, without a copy.
+	d := jsontext.NewDecoder(bytes.NewBuffer(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
+		return nil // not an object: the decoder says so
+	}
+	// Only the members s knows are kept: the decoder ignores the others
+	// (or refuses the first), so which of two of them counts matters not.
+	var seenArr [16]string
+	seen := seenArr[:0]
+	var buf [64]byte
+	for d.PeekKind() == '"' {
+		tok, err := d.ReadToken()
+		if err != nil {
+			return nil
+		}
+		name := tok.String()
+		inner, known := s.members[name]
+		if known {
+			if slices.Contains(seen, name) {
+				return &memberError{member: prefix + name}
+			}
+			seen = append(seen, name)
+		} else if want, ok := s.folded[string(appendFolded(buf[:0], name))]; ok {
+			return &memberError{member: prefix + name, want: prefix + want}
+		}
+		v, err := d.ReadValue()
+		if err != nil {
+			return nil
+		}
+		if inner != nil && v.Kind() == '{' {
+			if e := inner.checkIn(v, prefix+name+"."); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
 }

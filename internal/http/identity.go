@@ -98,6 +98,13 @@ func (s *Server) ResolveCaller(r *http.Request) (*registry.Caller, error) {
 		}
 		return registry.Anonymous(), nil
 	}
+	if hs := r.Header.Values("Authorization"); len(hs) > 1 {
+		// Which one counts would be a guess (Header.Get takes the first,
+		// a proxy in front may have read the last): refuse, as RFC 6750
+		// does a request with more than one way of sending a token.
+		return nil, &AuthError{Status: http.StatusUnauthorized, Code: "invalid_request",
+			Description: fmt.Sprintf("the request has %d Authorization headers; send one, Authorization: Bearer <token>", len(hs))}
+	}
 	if h := r.Header.Get("Authorization"); h != "" {
 		token, ok := bearer(h)
 		if !ok {

@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	jose "github.com/go-jose/go-jose/v4"
@@ -230,16 +233,32 @@ func (t *TokenIdentity) Token(ctx context.Context, token string) (*registry.Call
 		}
 	}
 	now := t.o.Now()
-	if idt.Expiry.IsZero() {
+	exp, ok := claims["exp"].(float64)
+	if !ok {
 		return nil, refuse("the token has no exp", nil)
 	}
-	if now.After(idt.Expiry.Add(is.ClockSkew)) {
+	// go-oidc converts exp to int64 seconds, which for an exp beyond them
+	// is implementation-defined (the distant past on amd64): such a token
+	// would be "expired" whatever its issuer meant.
+	if !(math.Abs(exp) < 1<<63) {
+		return nil, refuse("the token's exp is out of range (more seconds than 64 bits hold)", fmt.Errorf("exp %g", exp))
+	}
+	// Beyond 2^62 seconds, exp is billions of years ahead, and time.Time
+	// (which counts from year 1) would overflow.
+	if exp < 1<<62 && now.After(idt.Expiry.Add(is.ClockSkew)) {
 		return nil, refuse("the token has expired", fmt.Errorf("exp %s", idt.Expiry))
 	}
 	// Compared as numbers: an nbf beyond int64 seconds would convert to
 	// an implementation-defined time (the distant past on amd64).
 	if nbf, ok := claims["nbf"].(float64); ok && nbf > float64(now.Add(is.ClockSkew).Unix()) {
 		return nil, refuse("the token is not valid yet (nbf)", nil)
+	}
+	// sub is recorded with every call of the token, and names its caller
+	// unless the issuer names another claim: one that cannot be (bounded
+	// as a caller claim and a call's identifiers are) is the token's
+	// fault, invalid_token, not a want of scope.
+	if sub, ok := claims["sub"].(string); ok && (utf8.RuneCountInString(sub) > maxCallText || strings.ContainsFunc(sub, unicode.IsControl)) {
+		return nil, refuse(fmt.Sprintf("the token's sub must be at most %d characters, without control characters", maxCallText), fmt.Errorf("sub %.40q", sub))
 	}
 	c, err := is.Map(claims)
 	if err != nil {

@@ -22,10 +22,12 @@ import (
 // Caller resource, or an Issuer and its mapping rule: never a token's
 // subject), so the number of series is bounded by the configuration.
 // Calls refused because the shared limiter did not answer are counted
-// apart: their callers were not over any limit.
+// apart: their callers were not over any limit; and so are calls the
+// per-instance fallback decided, each replica on its own.
 type rateMetrics struct {
 	limited     *prometheus.CounterVec
 	unavailable *prometheus.CounterVec
+	fallback    *prometheus.CounterVec
 }
 
 func newRateMetrics(reg prometheus.Registerer) *rateMetrics {
@@ -38,8 +40,12 @@ func newRateMetrics(reg prometheus.Registerer) *rateMetrics {
 			Name: "toolsvc_rate_limiter_unavailable_total",
 			Help: "Calls refused because the shared rate limiter (Redis) did not answer and TOOLSVC_RATE_LIMIT_FAILURE is closed, by caller (the configured name of the limit).",
 		}, []string{"caller"}),
+		fallback: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolsvc_rate_limiter_fallback_total",
+			Help: "Requests (a call, a batch, a plan's steps) whose rate limits this instance's own buckets decided because the shared rate limiter (Redis) did not answer and TOOLSVC_RATE_LIMIT_FAILURE is open, by caller (the configured name of the limit).",
+		}, []string{"caller"}),
 	}
-	reg.MustRegister(m.limited, m.unavailable)
+	reg.MustRegister(m.limited, m.unavailable, m.fallback)
 	return m
 }
 
@@ -145,6 +151,16 @@ func (s *Server) limitCalls(ctx context.Context, caller *registry.Caller, tools 
 			return nil, &overBurst{n: t.n, held: t.held, burst: t.bucket.Burst, kind: t.kind}
 		}
 	}
+	fellBack := false
+	decided := func(d ratelimit.Decision) {
+		fellBack = fellBack || d.Fallback
+		s.limiterChanged(ctx, d.Change)
+	}
+	defer func() {
+		if fellBack && s.rate != nil {
+			s.rate.fallback.WithLabelValues(lim.Name).Inc()
+		}
+	}()
 	h := http.Header{}
 	// The caller's bucket is taken last: calls a tool's bucket refuses do
 	// not run, so they must not use up what the caller may call otherwise.
@@ -154,13 +170,16 @@ func (s *Server) limitCalls(ctx context.Context, caller *registry.Caller, tools 
 	// can still take from a tool's bucket and then be refused.)
 	if len(takes) > 1 {
 		t := takes[0]
-		if d, err := s.deps.RateLimiter.Peek(ctx, t.bucket, t.n); err == nil && !d.Allowed {
+		d, err := s.deps.RateLimiter.Peek(ctx, t.bucket, t.n)
+		decided(d)
+		if err == nil && !d.Allowed {
 			return h, s.refuse(ctx, h, lim, t.bucket, t.name, t.kind, d)
 		}
 	}
 	slices.Reverse(takes)
 	for _, t := range takes {
 		d, err := s.deps.RateLimiter.Allow(ctx, t.bucket, t.n)
+		decided(d)
 		switch {
 		case errors.Is(err, ratelimit.ErrUnavailable):
 			return h, s.limiterDown(ctx, lim, d, err)
@@ -207,6 +226,21 @@ func (s *Server) limiterDown(ctx context.Context, lim *registry.RateLimit, d rat
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Bool("toolsvc.rate_limit.unavailable", true))
 	return &limiterDown{retryAfter: int(wholeSeconds(d.RetryAfter.Seconds())), err: err}
+}
+
+// limiterChanged logs a change of whether the shared limiter answers,
+// once per change rather than with every call: failing open, an outage
+// is otherwise silent, while every replica admits a caller's whole limit.
+func (s *Server) limiterChanged(ctx context.Context, c *ratelimit.Change) {
+	switch {
+	case c == nil:
+	case c.Down && c.FailOpen:
+		s.deps.Logger.WarnContext(ctx, "the shared rate limiter (Redis) is not answering: each instance limits calls on its own until it does, so N replicas admit up to N times a limit (TOOLSVC_RATE_LIMIT_FAILURE=open)", "error", c.Err)
+	case c.Down:
+		s.deps.Logger.WarnContext(ctx, "the shared rate limiter (Redis) is not answering: calls are refused until it does (TOOLSVC_RATE_LIMIT_FAILURE=closed)", "error", c.Err)
+	default:
+		s.deps.Logger.InfoContext(ctx, "the shared rate limiter (Redis) answers again: limits are shared again", "downFor", c.DownFor.Round(time.Millisecond).String())
+	}
 }
 
 // limitHTTP applies limitCalls to an HTTP request: the headers are set,

@@ -38,6 +38,25 @@ type Decision struct {
 	RetryAfter time.Duration
 	// ResetAfter is when the bucket is full again.
 	ResetAfter time.Duration
+	// Fallback says that the shared limiter did not answer, so (failing
+	// open) the per-instance bucket decided: with N replicas, callers
+	// get up to N times their limit.
+	Fallback bool
+	// Change is set on the one decision that first found the shared
+	// limiter not answering, or answering again after it had not: so that
+	// each change is logged once, not with every call.
+	Change *Change
+}
+
+// Change is a change of whether the shared limiter answers.
+type Change struct {
+	// Down: it stopped answering, for Err; FailOpen says whether calls
+	// are now limited per instance (true) or refused. Otherwise it
+	// answers again, after not answering for DownFor.
+	Down     bool
+	Err      error
+	FailOpen bool
+	DownFor  time.Duration
 }
 
 // Limiter takes n tokens from a bucket.
@@ -200,7 +219,9 @@ type Redis struct {
 	// downUntil (unix nanoseconds) skips Redis for a moment after a
 	// failure, so an outage does not add a timeout to every call.
 	downUntil atomic.Int64
-	lastErr   atomic.Pointer[string]
+	// downSince (unix nanoseconds) is when Redis stopped answering; 0
+	// while it answers.
+	downSince atomic.Int64
 }
 
 // ErrUnavailable is returned (when failing closed) while Redis does not
@@ -250,6 +271,7 @@ func (r *Redis) take(ctx context.Context, b Bucket, n, cost int) (Decision, erro
 	if err := b.check(n); err != nil {
 		return Decision{}, err
 	}
+	var change *Change
 	if time.Now().UnixNano() >= r.downUntil.Load() {
 		rctx, cancel := context.WithTimeout(ctx, r.timeout)
 		defer cancel()
@@ -257,8 +279,12 @@ func (r *Redis) take(ctx context.Context, b Bucket, n, cost int) (Decision, erro
 		lim := redis_rate.Limit{Rate: 1, Burst: b.Burst, Period: seconds(1 / b.PerSecond)}
 		res, err := r.lim.AllowN(rctx, r.o.Prefix+b.Key, lim, cost)
 		if err == nil {
-			r.lastErr.Store(nil)
 			d := Decision{Limit: b.Burst, Remaining: max(0, res.Remaining), ResetAfter: max(0, res.ResetAfter)}
+			if r.downSince.Load() != 0 { // read first: a write on every call would be contended
+				if since := r.downSince.Swap(0); since != 0 {
+					d.Change = &Change{DownFor: time.Duration(time.Now().UnixNano() - since)}
+				}
+			}
 			if cost > 0 {
 				d.Allowed = res.Allowed >= n
 			} else {
@@ -278,17 +304,24 @@ func (r *Redis) take(ctx context.Context, b Bucket, n, cost int) (Decision, erro
 		if ctx.Err() != nil {
 			return Decision{}, ctx.Err() // the caller went away
 		}
-		msg := err.Error()
-		r.lastErr.Store(&msg)
-		r.downUntil.Store(time.Now().Add(downFor).UnixNano())
+		now := time.Now()
+		r.downUntil.Store(now.Add(downFor).UnixNano())
+		if r.downSince.CompareAndSwap(0, now.UnixNano()) {
+			change = &Change{Down: true, Err: err, FailOpen: r.o.FailOpen}
+		}
 	}
 	if r.o.FailOpen {
+		var d Decision
+		var err error
 		if cost == 0 {
-			return r.o.Local.Peek(ctx, b, n)
+			d, err = r.o.Local.Peek(ctx, b, n)
+		} else {
+			d, err = r.o.Local.Allow(ctx, b, n)
 		}
-		return r.o.Local.Allow(ctx, b, n)
+		d.Fallback, d.Change = err == nil, change
+		return d, err
 	}
-	return Decision{Limit: b.Burst, RetryAfter: downFor}, ErrUnavailable
+	return Decision{Limit: b.Burst, RetryAfter: downFor, Change: change}, ErrUnavailable
 }
 
 // Status implements Limiter: Redis is pinged; failing open, an outage is

@@ -117,6 +117,13 @@ func TestRedisSharedAcrossInstances(t *testing.T) {
 // ownRedis starts a redis-server of the test's own on a free port; the
 // returned function kills it.
 func ownRedis(t *testing.T) (string, func()) {
+	url, _, kill := ownRedisProcess(t)
+	return url, kill
+}
+
+// ownRedisProcess is ownRedis, with the server's process (to stop and
+// continue it).
+func ownRedisProcess(t *testing.T) (string, *os.Process, func()) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Skip("redis-server is not installed")
@@ -152,7 +159,7 @@ func ownRedis(t *testing.T) (string, func()) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return "redis://" + addr + "/0", kill
+	return "redis://" + addr + "/0", cmd.Process, kill
 }
 
 func TestRedisOutage(t *testing.T) {
