@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -381,6 +382,12 @@ func (f *fetcher) requestError(parent, rctx context.Context, requested *url.URL,
 	if errors.As(err, &certErr) || errors.As(err, &hostErr) || errors.As(err, &authErr) {
 		return registry.ToolError("TLS certificate verification failed: "+err.Error(),
 			"The server's certificate is not trusted for this host; do not retry over http unless the user asks for it.")
+	}
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		// The service's own limit, not the site's: a model told "request
+		// failed" would take the site for down.
+		return registry.ToolError("the request was not sent: the service has no file descriptor left for a connection (too many open files); the site was not reached",
+			"This is the service's limit, not the site's: try again in a few seconds, or make fewer calls at once.")
 	}
 	msg := err.Error()
 	var ue *url.Error
