@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/propagation"
 
@@ -183,7 +184,14 @@ func (b *execBackend) run(ctx context.Context, req *registry.Request, export str
 	case err != nil:
 		return nil, err // the context ended: the executor reports timeout or cancellation
 	case res.ExitCode != 0:
-		return nil, exitError(res.ExitCode, stderrText(stderr))
+		text := stderrText(stderr)
+		if strings.TrimSpace(text) == "" && stdout.Total() > 0 {
+			// A program that reports its error on stdout (as JSON, say)
+			// and exits non-zero: that is all it said.
+			head, tail, omitted := stdout.Parts()
+			return nil, exitError(res.ExitCode, "", headTail(head, tail, omitted, "stdout", stderrLimit))
+		}
+		return nil, exitError(res.ExitCode, text, "")
 	}
 	out := []byte(stdout.TextWithin(req, limit))
 	if stdout.Truncated() {
@@ -196,13 +204,35 @@ func (b *execBackend) run(ctx context.Context, req *registry.Request, export str
 // beginning and end with what was left out between them said.
 func stderrText(c *sandbox.Capture) string {
 	head, tail, omitted := c.Parts()
+	return headTail(head, tail, omitted, "stderr", stderrLimit)
+}
+
+// headTail is a text of which head and tail were kept and omitted bytes
+// between them were not, cut further to at most limit bytes, a quarter
+// from its beginning and the rest from its end, where a program's or a
+// backend's error usually is; what is left out is said, naming the text
+// (name).
+func headTail(head, tail []byte, omitted int64, name string, limit int) string {
+	if over := len(head) + len(tail) - limit; over > 0 {
+		keepHead := min(len(head), limit/4)
+		keepTail := min(len(tail), limit-keepHead)
+		h := registry.TrimPartialRune(head[:keepHead])
+		t := tail[len(tail)-keepTail:]
+		for i := 0; i < utf8.UTFMax-1 && len(t) > 0 && !utf8.RuneStart(t[0]); i++ {
+			t = t[1:]
+		}
+		omitted += int64(len(head) - len(h) + len(tail) - len(t))
+		head, tail = h, t
+	}
 	if omitted == 0 {
 		return string(head) + string(tail)
 	}
-	return fmt.Sprintf("%s … [%d bytes of stderr omitted] … %s", head, omitted, tail)
+	return fmt.Sprintf("%s … [%d bytes of %s omitted] … %s", head, omitted, name, tail)
 }
 
-func exitError(code int, stderr string) error {
+// exitError is the error of a program that exited with code, saying what
+// it wrote to stderr, or, when that is nothing, to stdout.
+func exitError(code int, stderr, stdout string) error {
 	what := fmt.Sprintf("the program exited with status %d", code)
 	if code > 128 && code < 128+65 {
 		// The shell's convention: a program killed by signal n, or one
@@ -215,10 +245,13 @@ func exitError(code int, stderr string) error {
 		what = fmt.Sprintf("the program ended with status %d: killed by %s (%s), or it exited with that status itself", code, name, sig)
 	}
 	msg := strings.TrimSpace(stderr)
-	if msg == "" {
-		msg = what + " and wrote nothing to stderr"
-	} else {
+	switch out := strings.TrimSpace(stdout); {
+	case msg != "":
 		msg = what + ": " + msg
+	case out != "":
+		msg = what + " and wrote nothing to stderr; it wrote to stdout: " + out
+	default:
+		msg = what + " and wrote nothing to stderr"
 	}
 	return &registry.Error{Code: registry.CodeTool, Message: msg}
 }

@@ -17,7 +17,7 @@ func TestExitError(t *testing.T) {
 		if code == 143 {
 			stderr = "bye\n"
 		}
-		if got := exitError(code, stderr).Error(); !strings.HasPrefix(got, "E_TOOL: "+want) {
+		if got := exitError(code, stderr, "").Error(); !strings.HasPrefix(got, "E_TOOL: "+want) {
 			t.Errorf("%d: %q, want %q", code, got, want)
 		}
 	}

@@ -46,6 +46,9 @@ func execHelper(args []string) int {
 		return 3
 	case "silent-fail":
 		return 4
+	case "stdout-fail": // the error as JSON on stdout, nothing on stderr
+		fmt.Printf(`{"error": "quota exceeded", "detail": "%s THE-END"}`, strings.Repeat("x", 40000))
+		return 1
 	case "control-flood": // text that escapes to six times its length
 		fmt.Print("HEAD-START " + strings.Repeat("\x01", controlFloodBytes) + " TAIL-END")
 	case "log-then-fail": // 2,000 lines of log, then the error

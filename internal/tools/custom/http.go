@@ -16,10 +16,19 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/sandbox"
 )
 
-// errorBodyLimit bounds what is read of a non-2xx answer for the message.
-const errorBodyLimit = 16 << 10
+// errorBodyLimit bounds what is kept of a non-2xx answer for the
+// message: its first quarter from the beginning and the rest from the
+// end, where the backend's error (a traceback's last line, say) usually
+// is, as for an exec tool's stderr; the executor cuts the message further
+// to the tool's errorMessageLimit, also keeping its beginning and end.
+// errorBodyRead bounds what is read of it to find that end.
+const (
+	errorBodyLimit = 16 << 10
+	errorBodyRead  = 64 << 20
+)
 
 type httpBackend struct {
 	url       string
@@ -119,15 +128,11 @@ func (b *httpBackend) run(ctx context.Context, req *registry.Request, export str
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
 		what := fmt.Sprintf("the tool's backend answered %s", resp.Status)
 		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 			what += " (redirects are not followed)"
 		}
-		if text := strings.TrimSpace(string(msg)); text != "" {
-			what += ": " + text
-		}
-		return nil, &registry.Error{Code: registry.CodeTool, Message: what}
+		return nil, &registry.Error{Code: registry.CodeTool, Message: what + errorBody(resp.Body)}
 	}
 	limit := req.MaxOutputBytes
 	if limit <= 0 {
@@ -150,6 +155,28 @@ func (b *httpBackend) run(ctx context.Context, req *registry.Request, export str
 	total, marker := countRest(ctx, req, data, resp.Body, int64(keep))
 	req.ReportTruncated(total)
 	return string(bytes.ToValidUTF8(data[:keep], nil)) + "\n" + marker, nil
+}
+
+// errorBody is what the message of a non-2xx answer says of its body:
+// all of it, or, said first (the executor may cut the middle of a long
+// message), how long it was and that its beginning and end follow, then
+// those around a mark of what was left out. A body that was still going
+// at errorBodyRead is said to be at least that long: its end is not known.
+func errorBody(body io.Reader) string {
+	c := sandbox.NewHeadTail(errorBodyLimit, errorBodyLimit/4)
+	_, _ = io.Copy(c, io.LimitReader(body, errorBodyRead+1)) // an error ends the body: say what came
+	head, tail, omitted := c.Parts()
+	text := strings.TrimSpace(headTail(head, tail, omitted, "the body", errorBodyLimit))
+	switch {
+	case text == "":
+		return ""
+	case omitted == 0:
+		return ": " + text
+	case c.Total() > errorBodyRead:
+		return fmt.Sprintf(" with a body longer than %d MiB, read no further; its first %d and last %d bytes read: %s",
+			errorBodyRead>>20, len(head), len(tail), text)
+	}
+	return fmt.Sprintf(" with a body of %d bytes; its first %d and last %d bytes: %s", c.Total(), len(head), len(tail), text)
 }
 
 // countBound bounds how much of a cut answer is read to count (and keep) it.
