@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,13 +68,38 @@ type conn struct {
 	// cutsLogged names the listing and bound whose cut descriptions were
 	// logged last.
 	cutsLogged string
+	// reconnecting says that a live session was lost and the attempt to
+	// make it again has not ended yet; retryAt is when that attempt
+	// starts (zero: not yet known).
+	reconnecting bool
+	retryAt      time.Time
+	// lostWhy is why the latest live session was lost.
+	lostWhy error
+	// changed is closed, and replaced, whenever the session, the state or
+	// retryAt changes: calls that wait for a session made again watch it.
+	changed chan struct{}
+	// filter picks the tools a listing keeps: the include and exclude of
+	// the latest configuration that uses the connection. filterGen counts
+	// its changes; listedGen is the filterGen of the latest listing.
+	filter               filter
+	filterGen, listedGen int
+	// refilter asks the loop to list the tools again at once, with a new
+	// filter.
+	refilter chan struct{}
 }
 
 func newConn(m *Manager, s *Server) *conn {
 	c := &conn{m: m, srv: s, first: make(chan struct{}), refresh: make(chan struct{}, 1),
-		broken: make(chan struct{}, 1), done: make(chan struct{}), state: stateConnecting, since: time.Now()}
+		broken: make(chan struct{}, 1), refilter: make(chan struct{}, 1), done: make(chan struct{}),
+		state: stateConnecting, since: time.Now(), changed: make(chan struct{}), filter: filterOf(&s.spec)}
 	c.ctx, c.cancel = context.WithCancel(m.ctx)
 	return c
+}
+
+// notify wakes the calls waiting for a change; c.mu is held.
+func (c *conn) notify() {
+	close(c.changed)
+	c.changed = make(chan struct{})
 }
 
 func (c *conn) markFirst() { c.firstOnce.Do(func() { close(c.first) }) }
@@ -119,6 +145,10 @@ func (c *conn) run() {
 		// Full jitter around the backoff keeps many servers from
 		// reconnecting in step.
 		wait := backoff/2 + rand.N(backoff/2+1)
+		c.mu.Lock()
+		c.retryAt = time.Now().Add(wait)
+		c.notify()
+		c.mu.Unlock()
 		select {
 		case <-time.After(wait):
 		case <-c.ctx.Done():
@@ -146,13 +176,13 @@ func (c *conn) connect() (*mcp.ClientSession, *stream, func(), error) {
 		cleanup()
 		return nil, nil, nil, fmt.Errorf("connect: %w", st.explain(err))
 	}
-	tools, err := listTools(ctx, cs)
+	tools, gen, err := c.listTools(ctx, cs)
 	if err != nil {
 		_ = cs.Close()
 		cleanup()
-		return nil, nil, nil, fmt.Errorf("tools/list: %w", st.explain(err))
+		return nil, nil, nil, fmt.Errorf("tools/list: %w", listingError(st.explain(err)))
 	}
-	c.setUp(cs, st, tools)
+	c.setUp(cs, st, tools, gen)
 	return cs, st, cleanup, nil
 }
 
@@ -166,6 +196,13 @@ func (c *conn) serve(cs *mcp.ClientSession, st *stream, cleanup func()) error {
 		<-ended
 		cleanup()
 	}
+	// A lost session is closed in the background, once calls no longer
+	// get it (lost detaches it first): closing a stdio server waits up to
+	// two seconds for it to exit after its stdin closes, then as long
+	// again after SIGTERM. Done here, that held up the session made
+	// again, and calls meanwhile were handed the dead session and failed
+	// with the error of the call that ended it.
+	closeLater := func() { c.m.wg.Go(closeSession) }
 	var (
 		listed time.Time // the last listing on a notification
 		relist <-chan time.Time
@@ -189,11 +226,20 @@ func (c *conn) serve(cs *mcp.ClientSession, st *stream, cleanup func()) error {
 			}
 			return c.lost(cs, st, err)
 		case <-pings:
-			if err := c.ping(cs, st, closeSession); err != nil {
+			if err := c.ping(cs, st, closeLater); err != nil {
 				return err
 			}
 		case <-c.broken:
-			if err := c.ping(cs, st, closeSession); err != nil {
+			if err := c.gone(cs); err != nil {
+				// A call found the session dead and let it go.
+				closeLater()
+				return err
+			}
+			if err := c.ping(cs, st, closeLater); err != nil {
+				return err
+			}
+		case <-c.refilter:
+			if err := c.relist(cs, st, closeLater); err != nil {
 				return err
 			}
 		case <-c.refresh:
@@ -205,13 +251,13 @@ func (c *conn) serve(cs *mcp.ClientSession, st *stream, cleanup func()) error {
 				}
 				continue
 			}
-			if err := c.relist(cs, st, closeSession); err != nil {
+			if err := c.relist(cs, st, closeLater); err != nil {
 				return err
 			}
 			listed = time.Now()
 		case <-relist:
 			relist = nil
-			if err := c.relist(cs, st, closeSession); err != nil {
+			if err := c.relist(cs, st, closeLater); err != nil {
 				return err
 			}
 			listed = time.Now()
@@ -226,10 +272,25 @@ func (c *conn) ping(cs *mcp.ClientSession, st *stream, closeSession func()) erro
 	err := cs.Ping(ctx, nil)
 	cancel()
 	if err != nil && c.ctx.Err() == nil {
+		err = c.lost(cs, st, fmt.Errorf("ping: %w", err))
 		closeSession()
-		return c.lost(cs, st, fmt.Errorf("ping: %w", err))
+		return err
 	}
 	return nil
+}
+
+// gone returns why the session cs was let go by a call that found it
+// dead (see dead), or nil while it is the live session.
+func (c *conn) gone(cs *mcp.ClientSession) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.session == cs {
+		return nil
+	}
+	if c.lostWhy == nil {
+		return errors.New("the session ended")
+	}
+	return c.lostWhy
 }
 
 // relistInterval is the least time between two listings of a server's
@@ -240,16 +301,17 @@ const relistInterval = time.Second
 // session was lost (and closed) doing so, or nil.
 func (c *conn) relist(cs *mcp.ClientSession, st *stream, closeSession func()) error {
 	ctx, cancel := context.WithTimeout(c.ctx, c.m.o.ConnectTimeout)
-	tools, err := listTools(ctx, cs)
+	tools, gen, err := c.listTools(ctx, cs)
 	cancel()
 	if err != nil {
 		if c.ctx.Err() != nil {
 			return nil
 		}
+		err = c.lost(cs, st, fmt.Errorf("tools/list: %w", listingError(st.explain(err))))
 		closeSession()
-		return c.lost(cs, st, fmt.Errorf("tools/list: %w", err))
+		return err
 	}
-	c.setUp(cs, st, tools)
+	c.setUp(cs, st, tools, gen)
 	return nil
 }
 
@@ -297,7 +359,9 @@ func (c *conn) transport() (mcp.Transport, *stream, func(), error) {
 		}
 		stderr.flush()
 	}
-	st := &stream{pace: newPacer(maxServerMessages, maxServerBurst, c.slowed), out: newLineRecorder(), noted: c.notJSONRPC}
+	st := &stream{pace: newPacer(maxServerMessages, maxServerBurst, c.slowed), drops: newPacer(maxDroppedMessages, maxDroppedMessages, c.dropsSlowed),
+		out: newLineRecorder(), noted: c.notJSONRPC}
+	st.out.drops = st.drops
 	command := &commandTransport{cmd: cmd, terminate: 2 * time.Second, out: st.out}
 	var t mcp.Transport = command
 	if reaper != nil {
@@ -319,6 +383,12 @@ func (c *conn) slowed() {
 	c.m.log.Warn("mcp: server sends requests and notifications faster than toolsvc reads them; reading slowed", "server", c.srv.name, "rate", fmt.Sprintf("%d a second", maxServerMessages))
 }
 
+// dropsSlowed logs that the dropping of a connection's progress
+// notifications was slowed for the first time.
+func (c *conn) dropsSlowed() {
+	c.m.log.Warn("mcp: server sends progress notifications faster than toolsvc drops them; reading slowed", "server", c.srv.name, "rate", fmt.Sprintf("%d a second", maxDroppedMessages))
+}
+
 // A server's requests and notifications of its own accord (progress, log
 // messages, list_changed, pings) are read at a bounded rate: each costs
 // the service far more to decode and dispatch than it costs the server to
@@ -337,6 +407,17 @@ const (
 	maxServerLineBurst = 4 * maxServerBurst
 	// streamLines is what opening an event stream costs (see RoundTrip).
 	streamLines = maxServerLines / 10
+	// maxDroppedMessages is the pace (and burst) of the progress
+	// notifications a stdio server sends, which toolsvc drops before the
+	// SDK decodes them (see lineRecorder.Read). The SDK's decoding costs
+	// 30-60 µs a message, which is what the pace above bounds: a burst of
+	// 100,000 sent with one answer took 17 minutes to read at it, every
+	// call meanwhile timing out behind it. Dropping one costs about
+	// 1.5 µs: at this pace a server that sends them without end takes
+	// about 4% of a core, a finite burst is read 100 times faster, and an
+	// answer written after it waits only behind what the pipe holds
+	// (about 700 notifications, 70 ms).
+	maxDroppedMessages = 10000
 )
 
 // pacer is the rate limit of one connection's reading.
@@ -429,6 +510,14 @@ func (c *pacedConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	return msg, nil
 }
 
+// Write notes the id of a call's request in the call's trace.
+func (c *pacedConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
+		traceOf(ctx).sent(req.ID)
+	}
+	return c.Connection.Write(ctx, msg)
+}
+
 func (c *pacedConn) Close() error {
 	c.closeOnce.Do(func() { close(c.closed) })
 	return c.Connection.Close()
@@ -465,26 +554,104 @@ const reaperGrace = time.Second
 // likes (41 pages of 15 MiB took 3.8 GB).
 const maxListingBytes = maxAnswerBytes
 
-func listTools(ctx context.Context, cs *mcp.ClientSession) ([]*mcp.Tool, error) {
+// Bounds on one listing of a server's tools. maxTools counts the tools
+// that include and exclude keep, so that a server of thousands of tools
+// of which a few are wanted can be used; maxListedTools and
+// maxListingPages bound what is read to find them. Each page is a round
+// trip: a server that gave one tool a page with a new cursor each time
+// was asked 10,000 times an attempt.
+const (
+	maxTools        = 10000
+	maxListedTools  = 10 * maxTools
+	maxListingPages = 1000
+)
+
+// filter is the include and exclude globs of a server.
+type filter struct{ include, exclude []string }
+
+func filterOf(s *Spec) filter {
+	return filter{include: slices.Clone(s.Include), exclude: slices.Clone(s.Exclude)}
+}
+
+func (f filter) equal(g filter) bool {
+	return slices.Equal(f.include, g.include) && slices.Equal(f.exclude, g.exclude)
+}
+
+func (f filter) keeps(name string) bool {
+	return included(&Spec{Include: f.include, Exclude: f.exclude}, name)
+}
+
+// listTools lists the server's tools that the connection's filter keeps,
+// all pages, and returns them with the filter's generation.
+func (c *conn) listTools(ctx context.Context, cs *mcp.ClientSession) ([]*mcp.Tool, int, error) {
+	c.mu.Lock()
+	f, gen := c.filter, c.filterGen
+	c.mu.Unlock()
+	tools, err := listTools(ctx, cs, f)
+	return tools, gen, err
+}
+
+func listTools(ctx context.Context, cs *mcp.ClientSession, f filter) ([]*mcp.Tool, error) {
 	var tools []*mcp.Tool
-	size := 0
-	for t, err := range cs.Tools(ctx, nil) {
+	size, listed := 0, 0
+	// The hashes of the cursors given so far: a server that gives one
+	// again would be asked for the same pages without end.
+	seen := map[[sha256.Size]byte]bool{}
+	params := &mcp.ListToolsParams{}
+	for pages := 1; ; pages++ {
+		res, err := cs.ListTools(ctx, params)
 		if err != nil {
 			return nil, err
 		}
-		b, err := json.Marshal(t)
-		if err != nil {
-			return nil, err
+		for _, t := range res.Tools {
+			if listed++; listed > maxListedTools {
+				return nil, fmt.Errorf("the server lists more than %s tools", thousands(maxListedTools))
+			}
+			if !f.keeps(t.Name) {
+				continue
+			}
+			b, err := json.Marshal(t)
+			if err != nil {
+				return nil, err
+			}
+			if size += len(b); size > maxListingBytes {
+				return nil, fmt.Errorf("the server's tools take more than %d MiB of JSON", maxListingBytes>>20)
+			}
+			if tools = append(tools, t); len(tools) > maxTools {
+				return nil, fmt.Errorf("the server lists more than %s tools that include and exclude keep", thousands(maxTools))
+			}
 		}
-		if size += len(b); size > maxListingBytes {
-			return nil, fmt.Errorf("the server's tools take more than %d MiB of JSON", maxListingBytes>>20)
+		if res.NextCursor == "" {
+			return tools, nil
 		}
-		tools = append(tools, t)
-		if len(tools) > 10000 {
-			return nil, errors.New("the server lists more than 10000 tools")
+		sum := sha256.Sum256([]byte(res.NextCursor))
+		if seen[sum] {
+			return nil, fmt.Errorf("the server gave the cursor %s twice; its pages would be asked for without end", quoteCut(res.NextCursor, maxQuote))
 		}
+		seen[sum] = true
+		if pages == maxListingPages {
+			return nil, fmt.Errorf("the server's tools take more than %s pages", thousands(maxListingPages))
+		}
+		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
 	}
-	return tools, nil
+}
+
+// quoteCut quotes s, cut at about n bytes, marked when it was cut.
+func quoteCut(s string, n int) string {
+	if len(s) <= n {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q… (%d bytes)", registry.Clip(s, n), len(s))
+}
+
+// listingError is why a listing failed, said for the listing: the MCP
+// SDK refuses a whole message nested deeper than it reads, so a single
+// tool's schema nested that deep keeps every tool of the server out.
+func listingError(err error) error {
+	if what, ok := tooDeep(err); ok {
+		return fmt.Errorf("%s; the MCP SDK refuses any message nested deeper than %s levels, so none of the server's tools can be read: a tool's schema is most likely nested that deep (toolsvc itself leaves out only the tool whose schema is nested deeper than %d levels, but cannot read a list of tools nested deeper than %s)", what, maxDepthText, maxSchemaDepth, maxDepthText)
+	}
+	return err
 }
 
 func hashTools(tools []*mcp.Tool) string {
@@ -493,11 +660,48 @@ func hashTools(tools []*mcp.Tool) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// setUp records a live session and its listing, and signals a change
-// when the tools differ from the previous listing. The listing of the
-// first attempt is no change: Ensure waits for it, so the registry being
-// built already has it.
-func (c *conn) setUp(cs *mcp.ClientSession, st *stream, tools []*mcp.Tool) {
+// setFilter makes f the filter of the connection's listings, and asks for
+// a listing with it at once when it differs from the one in use; it
+// returns the generation that listing will have, or 0 when the listing
+// kept is already f's.
+func (c *conn) setFilter(f filter) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.filter.equal(f) {
+		return 0
+	}
+	c.filter = f
+	c.filterGen++
+	poke(c.refilter)
+	return c.filterGen
+}
+
+// listedWith waits until a listing of generation gen or later is kept,
+// or the session is not live, or ctx ends.
+func (c *conn) listedWith(ctx context.Context, gen int) {
+	for {
+		c.mu.Lock()
+		done := c.listedGen >= gen || c.session == nil
+		ch := c.changed
+		c.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// setUp records a live session and its listing, made with the filter of
+// generation gen, and signals a change when the tools differ from the
+// previous listing. The listing of the first attempt is no change: Ensure
+// waits for it, so the registry being built already has it.
+func (c *conn) setUp(cs *mcp.ClientSession, st *stream, tools []*mcp.Tool, gen int) {
 	firstDone := false
 	select {
 	case <-c.first:
@@ -509,9 +713,11 @@ func (c *conn) setUp(cs *mcp.ClientSession, st *stream, tools []*mcp.Tool) {
 	changed := h != c.toolsHash
 	wasUp := c.state == stateConnected
 	c.session, c.stream, c.tools, c.toolsHash, c.err, c.everUp = cs, st, tools, h, nil, true
+	c.listedGen, c.reconnecting = max(c.listedGen, gen), false
 	if !wasUp {
 		c.state, c.since = stateConnected, time.Now()
 	}
+	c.notify()
 	c.mu.Unlock()
 	if !wasUp {
 		c.m.log.Info("mcp: server connected", "server", c.srv.name, "endpoint", c.srv.describe(), "tools", len(tools))
@@ -547,9 +753,17 @@ func cutText(s string, n int) string {
 	return fmt.Sprintf("%s… (%d bytes in all)", registry.Clip(s, n), len(s))
 }
 
+// setDown records that an attempt to connect failed: the attempt made
+// after a session was lost has ended.
 func (c *conn) setDown(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.down(err)
+	c.reconnecting = false
+}
+
+// down records why the server is not connected; c.mu is held.
+func (c *conn) down(err error) {
 	c.err = err
 	state := stateUnreachable
 	if c.everUp {
@@ -558,28 +772,62 @@ func (c *conn) setDown(err error) {
 	if c.state != state {
 		c.state, c.since = state, time.Now()
 	}
+	c.notify()
 }
 
 // lost records that the session cs, whose stream is st, ended, and
-// returns why (redacted), or nil when the conn was cancelled.
+// returns why (redacted), or nil when the conn was cancelled. Calls no
+// longer get it from then on; they wait for the session made again.
 func (c *conn) lost(cs *mcp.ClientSession, st *stream, err error) error {
-	c.mu.Lock()
-	if c.session == cs {
-		c.session = nil
-	}
-	c.mu.Unlock()
 	if c.ctx.Err() != nil {
+		c.detach(cs)
 		return nil
 	}
-	err = c.redactedError(st.explain(err))
-	c.setDown(fmt.Errorf("connection lost: %w", err))
+	err = c.redactedError(explainLoss(st, err))
+	c.mu.Lock()
+	if c.session == cs {
+		c.session, c.stream = nil, nil
+		c.reconnecting, c.retryAt, c.lostWhy = true, time.Time{}, err
+		c.down(fmt.Errorf("connection lost: %w", err))
+	}
+	c.mu.Unlock()
+	return err
+}
+
+// ended reports whether the session cs, whose stream is st, is known to
+// have ended: it was let go, or (over stdio) its reading failed.
+func (c *conn) ended(cs *mcp.ClientSession, st *stream) bool {
+	c.mu.Lock()
+	gone := c.session != cs
+	c.mu.Unlock()
+	return gone || st.readFailed()
+}
+
+// dead lets go of the session cs, which a call found dead, and tells the
+// loop to close it and make it again.
+func (c *conn) dead(cs *mcp.ClientSession, st *stream, err error) {
+	_ = c.lost(cs, st, err)
+	poke(c.broken)
+}
+
+// explainLoss says why a session ended in plain words where they are
+// known: what a stdio server wrote that is not a JSON-RPC message, or a
+// message over the bound; err otherwise.
+func explainLoss(st *stream, err error) error {
+	if bad := st.badMessage(); bad != nil {
+		return bad
+	}
+	if tooLarge(err) {
+		return fmt.Errorf("the server sent a message larger than %d MiB, the most toolsvc reads", maxAnswerBytes>>20)
+	}
 	return err
 }
 
 func (c *conn) detach(cs *mcp.ClientSession) {
 	c.mu.Lock()
 	if c.session == cs {
-		c.session = nil
+		c.session, c.stream = nil, nil
+		c.notify()
 	}
 	c.mu.Unlock()
 }
@@ -598,41 +846,76 @@ func (c *conn) status() Status {
 func (c *conn) retire() {
 	c.mu.Lock()
 	c.retired = true
+	c.notify()
 	c.mu.Unlock()
 	c.calls.Wait()
 	c.cancel()
 	<-c.done
 }
 
+// reconnectWait bounds how long a call waits for a session that is being
+// made again: a server lost a moment ago (by the answer of another call,
+// say) is usually back within a second, and a call that fails meanwhile
+// tells the model nothing it can act on.
+const reconnectWait = 5 * time.Second
+
 // acquire returns the live session for one call and its stream, or why
-// there is none.
-func (c *conn) acquire() (*mcp.ClientSession, *stream, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.retired:
-		return nil, nil, &registry.Error{Code: registry.CodeTool,
-			Message:    fmt.Sprintf("MCP server %s was removed from the configuration", c.srv.name),
-			Suggestion: "List the tools again; this one is no longer available."}
-	case c.session == nil:
-		msg := fmt.Sprintf("MCP server %s is unreachable", c.srv.name)
-		if c.err != nil {
-			msg += ": " + c.err.Error()
+// there is none. While a lost session is being made again, and the
+// attempt is due within reconnectWait, it waits for it (not past ctx).
+func (c *conn) acquire(ctx context.Context) (*mcp.ClientSession, *stream, error) {
+	until := time.Now().Add(reconnectWait)
+	for {
+		c.mu.Lock()
+		switch {
+		case c.retired:
+			c.mu.Unlock()
+			return nil, nil, &registry.Error{Code: registry.CodeTool,
+				Message:    fmt.Sprintf("MCP server %s was removed from the configuration", c.srv.name),
+				Suggestion: "List the tools again; this one is no longer available."}
+		case c.session != nil:
+			c.calls.Add(1)
+			cs, st := c.session, c.stream
+			c.mu.Unlock()
+			return cs, st, nil
 		}
-		return nil, nil, &registry.Error{Code: registry.CodeTool, Message: msg + "; the service keeps reconnecting",
-			Suggestion: "Try again later, or use another tool."}
+		now := time.Now()
+		wait := c.reconnecting && c.ctx.Err() == nil && now.Before(until) && (c.retryAt.IsZero() || c.retryAt.Before(until))
+		ch, why := c.changed, c.err
+		c.mu.Unlock()
+		if !wait {
+			return nil, nil, c.unreachable(why)
+		}
+		timer := time.NewTimer(until.Sub(now))
+		select {
+		case <-ch:
+		case <-timer.C:
+		case <-c.ctx.Done():
+		case <-ctx.Done():
+			timer.Stop()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, nil, &registry.Error{Code: registry.CodeTimeout,
+					Message:    fmt.Sprintf("MCP server %s was being connected again (%v), and was not back when the call's time was up; the call was not sent", c.srv.name, why),
+					Suggestion: "Your request is not the cause. Try the call again in a few seconds, or use another tool."}
+			}
+			return nil, nil, ctx.Err()
+		}
+		timer.Stop()
 	}
-	c.calls.Add(1)
-	return c.session, c.stream, nil
+}
+
+// unreachable is the error of a call made while the server has no live
+// session: nothing was sent.
+func (c *conn) unreachable(why error) error {
+	msg := fmt.Sprintf("MCP server %s is unreachable", c.srv.name)
+	if why != nil {
+		msg += ": " + why.Error()
+	}
+	return &registry.Error{Code: registry.CodeTool, Message: msg + "; the service keeps reconnecting, and this call was not sent",
+		Suggestion: "Try again later, or use another tool."}
 }
 
 // call runs one tools/call on the server, for a tool of tier.
 func (c *conn) call(ctx context.Context, remote string, tier registry.Tier, req *registry.Request) (any, error) {
-	cs, st, err := c.acquire()
-	if err != nil {
-		return nil, err
-	}
-	defer c.calls.Done()
 	params := &mcp.CallToolParams{Name: remote, Arguments: req.Arguments}
 	carrier := propagation.MapCarrier{}
 	c.m.o.Propagator.Inject(ctx, carrier)
@@ -642,56 +925,183 @@ func (c *conn) call(ctx context.Context, remote string, tier registry.Tier, req 
 			params.Meta[k] = v
 		}
 	}
-	res, err := cs.CallTool(ctx, params)
-	if err != nil {
-		if ctx.Err() != nil {
-			// A stdio server's answer waits in the pipe behind the
-			// messages it sent before it, which are read at a bounded
-			// pace: the call of a server that floods times out for the
-			// server's sake, not its request's, and says so (the
-			// executor keeps a handler's own E_TIMEOUT).
-			if st != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && st.pace.behind(time.Now()) {
-				return nil, c.overloaded(tier)
+	for try := 1; ; try++ {
+		cs, st, err := c.acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		tr := &callTrace{}
+		res, err := cs.CallTool(context.WithValue(ctx, callTraceKey{}, tr), params)
+		c.calls.Done()
+		if err == nil {
+			return resultOutput(res)
+		}
+		if errors.Is(err, mcp.ErrConnectionClosed) && ctx.Err() == nil && c.ended(cs, st) {
+			// The session had ended before the request was written (the
+			// answer to another call, or a ping, ended it): the server
+			// never saw this call, so it is sent again, once, on the
+			// session made anew, whatever its tier. The SDK says so of a
+			// JSON-RPC error answer with the code of "client is closing"
+			// or "server is closing" too: a session toolsvc does not know
+			// to have ended is not taken to have ended.
+			c.dead(cs, st, err)
+			if try == 1 {
+				continue
 			}
-			return nil, ctx.Err()
+			return nil, c.unreachable(c.gone(cs))
 		}
-		if bad := st.badMessage(); bad != nil {
-			poke(c.broken) // the session has ended: make it again
-			return nil, &registry.Error{Code: registry.CodeTool,
-				Message:    c.srv.redact(fmt.Sprintf("MCP server %s %s; toolsvc ended its session and is starting it again", c.srv.name, bad.wrote(", where only JSON-RPC messages may go"))),
-				Suggestion: "The tool's server is faulty, not your call. Try the call once more in a few seconds; if it fails the same way, use another tool or tell the user the tool is broken."}
+		return nil, c.failed(ctx, cs, st, tr, tier, err)
+	}
+}
+
+// failed is the error of a call that the server did not answer with a
+// result toolsvc can read.
+func (c *conn) failed(ctx context.Context, cs *mcp.ClientSession, st *stream, tr *callTrace, tier registry.Tier, err error) error {
+	name := c.srv.name
+	if ctx.Err() != nil {
+		// A stdio server's answer waits in the pipe behind the messages
+		// it sent before it, which are read at a bounded pace: the call
+		// of a server that floods times out for the server's sake, not
+		// its request's, and says so (the executor keeps a handler's own
+		// E_TIMEOUT).
+		if st != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && st.behind(time.Now()) {
+			return c.overloaded(st, tier)
 		}
-		var rpc *jsonrpc.Error
-		answered := errors.As(err, &rpc)
-		if !answered {
-			poke(c.broken) // not an answer from the server: check the connection
+		return ctx.Err()
+	}
+	var bad *notJSONRPCError
+	if errors.As(err, &bad) {
+		// The session has ended with it: make it again.
+		c.dead(cs, st, err)
+		return &registry.Error{Code: registry.CodeTool,
+			Message:    c.srv.redact(fmt.Sprintf("MCP server %s %s; toolsvc ended its session and is starting it again", name, bad.wrote(", where only JSON-RPC messages may go"))),
+			Suggestion: "The tool's server is faulty, not your call. Try the call once more in a few seconds; if it fails the same way, use another tool or tell the user the tool is broken."}
+	}
+	var rpc *jsonrpc.Error
+	if errors.As(err, &rpc) && rpc.Code != codeRejected {
+		// The server's own error answer.
+		return &registry.Error{Code: registry.CodeTool, Message: c.srv.redact(fmt.Sprintf("MCP server %s: %v", name, err))}
+	}
+	if what, ok := unreadable(err); ok {
+		// The answer came, and its result is not what MCP says a
+		// tools/call result is: the session goes on.
+		return c.unreadableAnswer("gave an answer toolsvc cannot read: "+what, tier)
+	}
+	rejected := errors.As(err, &rpc) && rpc.Code == codeRejected
+	if what, own, ok := c.failedAnswer(st, tr, err); ok && !errors.Is(err, mcp.ErrSessionMissing) {
+		if rejected {
+			// The server turned the request away for now (a 502, 503,
+			// 504 or 429): the session goes on.
+			poke(c.broken)
+			return &registry.Error{Code: registry.CodeTool,
+				Message:    c.srv.redact(fmt.Sprintf("MCP server %s turned the call away: %s", name, what)),
+				Suggestion: "The server is busy or restarting. Try the call again in a few seconds, or use another tool."}
 		}
-		if tooLarge(err) {
-			return nil, &registry.Error{Code: registry.CodeTool,
-				Message:    fmt.Sprintf("MCP server %s: %v, the most toolsvc reads", c.srv.name, errAnswerTooLarge),
+		c.dead(cs, st, err) // the SDK ends the session with it
+		switch {
+		case !own:
+			return c.endedByAnother(what, tier)
+		case tooLarge(err):
+			return &registry.Error{Code: registry.CodeTool,
+				Message:    fmt.Sprintf("MCP server %s: %v, the most toolsvc reads", name, errAnswerTooLarge),
 				Suggestion: "Ask the tool for less: narrower arguments or fewer results."}
 		}
-		e := &registry.Error{Code: registry.CodeTool, Message: c.srv.redact(fmt.Sprintf("MCP server %s: %v", c.srv.name, err))}
-		if !answered {
-			// The connection failed, not the tool: it is made again.
-			e.Suggestion = "The connection to the tool's server was lost and is being made again; try the call again in a few seconds, or use another tool."
-		}
-		return nil, e
+		return c.unreadableAnswer(fmt.Sprintf("answered the call with %s, which toolsvc cannot read", what), tier)
 	}
-	return resultOutput(res)
+	// Not an answer from the server: the connection failed, not the tool,
+	// and is made again.
+	if st.readFailed() || errors.Is(err, mcp.ErrSessionMissing) {
+		c.dead(cs, st, err) // the session has ended
+	} else {
+		poke(c.broken) // check the connection
+	}
+	return &registry.Error{Code: registry.CodeTool, Message: c.srv.redact(fmt.Sprintf("MCP server %s: %v", name, err)),
+		Suggestion: "The connection to the tool's server was lost and is being made again; try the call again in a few seconds, or use another tool."}
+}
+
+// codeRejected is the code of jsonrpc2.ErrRejected, which the SDK's HTTP
+// transport wraps around a request it could not send (a refused
+// connection) or that the server turned away for now (502, 503, 504,
+// 429): no answer of the server's.
+const codeRejected = -32005
+
+// unreadableAnswer is the error of a call whose answer toolsvc cannot
+// read, which what says: the server is faulty, and asking again will most
+// likely get the same answer.
+func (c *conn) unreadableAnswer(what string, tier registry.Tier) *registry.Error {
+	suggestion := "The tool's server is faulty, not your call; calling it again the same way will most likely get the same answer. Use another tool, or tell the user the tool is broken."
+	if tier != registry.ReadOnly {
+		suggestion = "The server answered, so it may have run the call: check whether its change took effect before you call it again. " + suggestion
+	}
+	return &registry.Error{Code: registry.CodeTool,
+		Message:    c.srv.redact(fmt.Sprintf("MCP server %s %s", c.srv.name, what)),
+		Suggestion: suggestion}
+}
+
+// endedByAnother is the error of a call whose session ended, while it
+// ran, because of what the server sent another call.
+func (c *conn) endedByAnother(what string, tier registry.Tier) *registry.Error {
+	suggestion := "Your request is not the cause. Try the call again in a few seconds, or use another tool."
+	if tier != registry.ReadOnly {
+		suggestion = "The server may have run the call: check whether its change took effect before you call it again. " + suggestion
+	}
+	return &registry.Error{Code: registry.CodeTool,
+		Message:    c.srv.redact(fmt.Sprintf("MCP server %s: the session ended while this call was running, when the server sent %s in answer to something else; toolsvc is making the session again, and this call's answer was lost", c.srv.name, what)),
+		Suggestion: suggestion}
+}
+
+// failedAnswer reports whether a call failed because an answer of the
+// server could not be read (too large, not a JSON-RPC message, an HTTP
+// status other than 2xx), what the server sent in plain words (a noun
+// phrase: "text that is not JSON"), and whether that
+// answer was this call's own rather than another call's (or a message of
+// the server's own accord); when that cannot be told, it is.
+func (c *conn) failedAnswer(st *stream, tr *callTrace, err error) (what string, own, ok bool) {
+	if tooLarge(err) {
+		what = fmt.Sprintf("a message larger than %d MiB (the most toolsvc reads)", maxAnswerBytes>>20)
+		if st != nil {
+			id, sent := tr.sentID()
+			return what, !sent || answerTo(st.lastLine(), id), true
+		}
+		return what, tr.overBound(), true
+	}
+	if st != nil {
+		return "", false, false
+	}
+	if code := tr.answerStatus(); code != 0 && code/100 != 2 {
+		what = fmt.Sprintf("the HTTP status %d %s", code, http.StatusText(code))
+		if code/100 == 3 {
+			what += " (redirects are not followed)"
+		}
+		return what, true, true
+	}
+	return undecodable(err.Error(), tr)
 }
 
 // overloaded is the error of a call that ended because the server sends
 // messages of its own accord faster than they are read.
-func (c *conn) overloaded(tier registry.Tier) *registry.Error {
+func (c *conn) overloaded(st *stream, tier registry.Tier) *registry.Error {
 	suggestion := "The tool's server is overloaded; your request is not the cause, so do not make it smaller. Try the call again later, or use another tool."
 	if tier != registry.ReadOnly {
 		suggestion = "The server may have run the call: check whether its change took effect before you call it again. " + suggestion
 	}
+	what := fmt.Sprintf("messages of its own accord (notifications, requests) faster than toolsvc reads them (%d a second)", maxServerMessages)
+	if !st.pace.behind(time.Now()) {
+		what = fmt.Sprintf("progress notifications, which toolsvc did not ask for, faster than toolsvc drops them (%s a second)", thousands(maxDroppedMessages))
+	}
 	return &registry.Error{Code: registry.CodeTimeout,
-		Message: fmt.Sprintf("MCP server %s did not answer in time: it sends messages of its own accord (notifications, requests) faster than toolsvc reads them (%d a second), and toolsvc had not yet read its answer when the call's time was up; the call was stopped",
-			c.srv.name, maxServerMessages),
+		Message: fmt.Sprintf("MCP server %s did not answer in time: it sends %s, and toolsvc had not yet read its answer when the call's time was up; the call was stopped",
+			c.srv.name, what),
 		Suggestion: suggestion}
+}
+
+// thousands writes n with commas between its thousands, as the docs do.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // headerTransport adds the configured headers and the trace context to
@@ -730,7 +1140,15 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	// reads an event at a time, each bounded by MaxEventSize; the stream
 	// itself may last as long as the session.
 	b := &boundedBody{ctx: r.Context(), body: resp.Body, left: maxAnswerBytes}
-	if resp.StatusCode/100 == 2 && mediaType(resp.Header.Get("Content-Type")) == "text/event-stream" {
+	stream := resp.StatusCode/100 == 2 && mediaType(resp.Header.Get("Content-Type")) == "text/event-stream"
+	if r.Method == http.MethodPost {
+		// The answer to a call's request (or to the notification that
+		// cancels it, which carries its context too: the first answer
+		// is the call's).
+		b.trace = traceOf(r.Context())
+		b.trace.answered(resp.StatusCode, stream)
+	}
+	if stream {
 		b.left = -1
 		if r.Method == http.MethodGet {
 			// Only the stream of the server's own messages is paced: a
@@ -761,6 +1179,8 @@ type boundedBody struct {
 	left int64
 	// pace, for an event stream, paces its lines.
 	pace *pacer
+	// trace, for the answer to a call's request, is the call's.
+	trace *callTrace
 }
 
 func (b *boundedBody) Read(p []byte) (int, error) {
@@ -769,7 +1189,9 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	}
 	if b.left < 0 {
 		if b.pace == nil {
-			return b.body.Read(p)
+			n, err := b.body.Read(p)
+			b.trace.streamed(n)
+			return n, err
 		}
 		// No more lines in one read than the pacer's burst.
 		p = p[:min(len(p), maxServerLineBurst)]
@@ -786,13 +1208,118 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 		var one [1]byte
 		n, err := b.body.Read(one[:])
 		if n > 0 {
+			b.trace.over()
 			return 0, errAnswerTooLarge
+		}
+		if err == io.EOF {
+			b.trace.ended()
 		}
 		return 0, err
 	}
 	n, err := b.body.Read(p[:min(int64(len(p)), b.left)])
 	b.left -= int64(n)
+	if err == io.EOF {
+		b.trace.ended()
+	}
 	return n, err
+}
+
+// callTrace is what the transport learns of one call's request and its
+// answer while the call runs, so that a call whose session ended can tell
+// whether its own answer ended it or something else the server sent: the
+// SDK gives every call in flight the same error.
+type callTrace struct {
+	mu sync.Mutex
+	// id is the id of the call's request, once written (stdio).
+	id    jsonrpc.ID
+	idSet bool
+	// Over HTTP: the status of the answer to the request, whether it is
+	// an event stream, whether its body was read to the end, whether it
+	// was larger than maxAnswerBytes, and the bytes read of a stream.
+	status     int
+	stream     bool
+	end, large bool
+	read       int64
+}
+
+type callTraceKey struct{}
+
+// traceOf returns the trace of the call whose context ctx is, or nil.
+// Its methods do nothing on nil.
+func traceOf(ctx context.Context) *callTrace {
+	tr, _ := ctx.Value(callTraceKey{}).(*callTrace)
+	return tr
+}
+
+func (t *callTrace) sent(id jsonrpc.ID) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.idSet {
+		t.id, t.idSet = id, true
+	}
+}
+
+func (t *callTrace) sentID() (jsonrpc.ID, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.id, t.idSet
+}
+
+func (t *callTrace) answered(status int, stream bool) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.status == 0 {
+		t.status, t.stream = status, stream
+	}
+}
+
+func (t *callTrace) answerStatus() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.status
+}
+
+func (t *callTrace) ended() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.end = true
+	t.mu.Unlock()
+}
+
+func (t *callTrace) over() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.large = true
+	t.mu.Unlock()
+}
+
+func (t *callTrace) streamed(n int) {
+	if t == nil || n <= 0 {
+		return
+	}
+	t.mu.Lock()
+	t.read += int64(n)
+	t.mu.Unlock()
+}
+
+// overBound reports whether the call's own answer was over
+// maxAnswerBytes: its body, or its event stream (whose events the SDK
+// bounds at that size: a stream shorter than that cannot hold one over
+// it).
+func (t *callTrace) overBound() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.large || t.stream && t.read >= maxAnswerBytes
 }
 
 func (b *boundedBody) Close() error { return b.body.Close() }

@@ -147,6 +147,7 @@ func (s *Set) Servers() []string {
 func (m *Manager) Ensure(ctx context.Context, servers []*Server) *Set {
 	set := &Set{}
 	var fresh []*conn
+	refiltered := map[*conn]int{}
 	m.mu.Lock()
 	for _, s := range servers {
 		c, ok := m.conns[s.key]
@@ -155,6 +156,10 @@ func (m *Manager) Ensure(ctx context.Context, servers []*Server) *Set {
 			m.conns[s.key] = c
 			fresh = append(fresh, c)
 			m.wg.Go(c.run)
+		} else if gen := c.setFilter(filterOf(&s.spec)); gen > 0 {
+			// Listings keep only the tools the filter picks: one that
+			// picks others is listed again.
+			refiltered[c] = gen
 		}
 		set.entries = append(set.entries, entry{srv: s, conn: c})
 	}
@@ -165,6 +170,9 @@ func (m *Manager) Ensure(ctx context.Context, servers []*Server) *Set {
 		case <-ctx.Done():
 			return set
 		}
+	}
+	for c, gen := range refiltered {
+		c.listedWith(ctx, gen)
 	}
 	return set
 }
@@ -212,7 +220,8 @@ type Status struct {
 	// reached since it was configured).
 	State     string `json:"state"`
 	Transport string `json:"transport"`
-	// Tools is the number of tools the server listed (before filters).
+	// Tools is the number of the server's tools that include and exclude
+	// keep (before tools are left out for their schemas or names).
 	Tools int `json:"tools"`
 	// Error says why the server is not connected.
 	Error string `json:"error,omitempty"`

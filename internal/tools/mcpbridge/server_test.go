@@ -28,6 +28,10 @@ func TestMain(m *testing.M) {
 		runRawServer(os.Args[2:])
 		os.Exit(0)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "mcp-stdio-evil" {
+		runEvilServer(os.Args[2:])
+		os.Exit(0)
+	}
 	if len(os.Args) > 1 && os.Args[1] == "mcp-stdio-flood" {
 		runFloodServer()
 		os.Exit(0)

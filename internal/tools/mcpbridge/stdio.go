@@ -25,12 +25,17 @@ import (
 // paced, and the first thing it wrote that is not a JSON-RPC message.
 type stream struct {
 	pace *pacer
-	out  *lineRecorder
+	// drops paces the notifications that are dropped unread by the SDK
+	// (see maxDroppedMessages).
+	drops *pacer
+	out   *lineRecorder
 	// noted logs a bad message once it is found.
 	noted func(*notJSONRPCError)
 
 	mu  sync.Mutex
 	bad *notJSONRPCError
+	// failed says that reading failed: the session has ended.
+	failed bool
 }
 
 // read checks an error of the connection's Read: one that says the server
@@ -41,6 +46,9 @@ func (s *stream) read(err error) error {
 	if s == nil || err == nil {
 		return err
 	}
+	s.mu.Lock()
+	s.failed = true
+	s.mu.Unlock()
 	what, ok := notJSONRPC(err)
 	if !ok {
 		return err
@@ -64,6 +72,16 @@ func (s *stream) read(err error) error {
 	return bad
 }
 
+// readFailed reports whether reading the server's output failed.
+func (s *stream) readFailed() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
 // badMessage returns the first thing the server wrote that is not a
 // JSON-RPC message, or nil.
 func (s *stream) badMessage() *notJSONRPCError {
@@ -73,6 +91,22 @@ func (s *stream) badMessage() *notJSONRPCError {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.bad
+}
+
+// behind reports whether reading was held back by either pace within
+// behindWindow of now (see pacer.behind).
+func (s *stream) behind(now time.Time) bool {
+	return s.pace.behind(now) || s.drops != nil && s.drops.behind(now)
+}
+
+// lastLine returns the start of the last line the server wrote, as
+// lineRecorder.lineAt quotes it.
+func (s *stream) lastLine() string {
+	if s == nil {
+		return ""
+	}
+	quote, _ := s.out.lineAt(-1)
+	return quote
 }
 
 // explain returns why a session ended: what the server wrote that is
@@ -92,6 +126,7 @@ const (
 	whatSyntax     = "a line that is not JSON"
 	whatTrailing   = "a line with more than one JSON value"
 	whatNotMessage = "JSON that is not a JSON-RPC 2.0 message"
+	whatDeep       = "a message nested deeper than " + maxDepthText + " levels (the most toolsvc reads)"
 )
 
 // notJSONRPC reports whether err, from the SDK's reading of a stdio
@@ -101,6 +136,11 @@ const (
 // request) for some JSON that is not a message, and text only for the
 // rest.
 func notJSONRPC(err error) (string, bool) {
+	if _, deep := tooDeep(err); deep {
+		// Valid JSON, perhaps, but more deeply nested than the SDK (or
+		// the JSON parser, past 10,000 levels) reads.
+		return whatDeep, true
+	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
 		return whatSyntax, true
@@ -142,12 +182,19 @@ const maxQuote = 64
 
 // Error is what the server's status and the log say.
 func (e *notJSONRPCError) Error() string {
+	if e.what == whatDeep {
+		return "the server " + e.wrote("")
+	}
 	return "the server " + e.wrote("") + "; an MCP server over stdio may write only JSON-RPC messages there, one a line (logs belong on standard error)"
 }
 
-// wrote says what the server wrote, then aside, then the start of the
+// wrote says what the server wrote, then aside (which says what may go
+// there: not said of a message too deep to read), then the start of the
 // line.
 func (e *notJSONRPCError) wrote(aside string) string {
+	if e.what == whatDeep {
+		aside = ""
+	}
 	s := "wrote " + e.what + " to its standard output" + aside
 	if e.quote != "" {
 		s += fmt.Sprintf(": %q", e.quote)
@@ -255,6 +302,12 @@ type lineRecorder struct {
 	r       *bufio.Reader
 	pending []byte // of the current slice of r, not yet passed on
 	pendErr error  // to return once pending is passed on
+	// drops paces the lines dropped (see Read), dropBatch at a time;
+	// nil drops none. dropped counts those not yet paced.
+	drops   *pacer
+	dropped int
+	// lineStart says that the next slice of r starts a line.
+	lineStart bool
 
 	mu        sync.Mutex
 	pos       int64 // bytes passed on
@@ -274,10 +327,10 @@ type recordedLine struct {
 // leading spaces and to tell a line of maxQuote bytes from a longer one.
 const headSlack = 8
 
-func newLineRecorder() *lineRecorder { return &lineRecorder{atStart: true} }
+func newLineRecorder() *lineRecorder { return &lineRecorder{atStart: true, lineStart: true} }
 
 func (l *lineRecorder) Read(p []byte) (int, error) {
-	if len(l.pending) == 0 {
+	for len(l.pending) == 0 {
 		if err := l.pendErr; err != nil {
 			l.pendErr = nil
 			return 0, err
@@ -285,8 +338,20 @@ func (l *lineRecorder) Read(p []byte) (int, error) {
 		// The slice is r's until r is read again, which is only once it
 		// has all been passed on.
 		line, err := l.r.ReadSlice('\n')
+		whole := l.lineStart && err == nil
+		l.lineStart = err == nil
 		if errors.Is(err, bufio.ErrBufferFull) {
 			err = nil // the rest of a long line comes next
+		}
+		if whole && l.drops != nil && unasked(line) {
+			// Not passed on: the SDK would spend 30-60 µs decoding it
+			// (see maxDroppedMessages), to do nothing with it. A wait of
+			// its own for each would cost more than the drop.
+			if l.dropped++; l.dropped == dropBatch {
+				l.dropped = 0
+				_ = l.drops.wait(context.Background(), nil, dropBatch)
+			}
+			continue
 		}
 		if len(line) == 0 {
 			return 0, err
@@ -299,6 +364,26 @@ func (l *lineRecorder) Read(p []byte) (int, error) {
 		l.pending = l.pending[n:]
 	}
 	return n, nil
+}
+
+// dropBatch is how many dropped lines are paced at once.
+const dropBatch = 100
+
+// unasked reports whether line, a whole line a stdio server wrote, is a
+// progress notification. toolsvc asks for no progress (its requests
+// carry no progressToken), so such a notification is for no call in
+// flight: the SDK would decode it and drop it. Lines that do not name the
+// method as it is usually written are left to the SDK.
+func unasked(line []byte) bool {
+	if !bytes.Contains(line, []byte(`"notifications/progress"`)) {
+		return false
+	}
+	var msg struct {
+		Version string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Method  string          `json:"method"`
+	}
+	return json.Unmarshal(line, &msg) == nil && msg.Version == "2.0" && msg.ID == nil && msg.Method == "notifications/progress"
 }
 
 // note records b, the bytes passed on next.

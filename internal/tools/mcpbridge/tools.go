@@ -550,8 +550,9 @@ func annotations(t *mcp.Tool) *registry.Annotations {
 // than letters, digits, '_' and '-' become '_', runs of '_' shrink to one,
 // '_' is trimmed from the ends, and a name too long for the 64-character
 // limit is cut and given a hash suffix. Tools whose sanitised names
-// collide get a hash suffix too (the first in name order keeps the plain
-// name), so the mapping depends only on the listing.
+// collide get a hash suffix too: a tool whose name needs no change keeps
+// it (a.b does not take a_b's name), and of the others the first in name
+// order keeps the plain name, so the mapping depends only on the listing.
 func exportNames(server string, tools []*mcp.Tool) map[string]string {
 	remote := make([]string, len(tools))
 	for i, t := range tools {
@@ -561,7 +562,18 @@ func exportNames(server string, tools []*mcp.Tool) map[string]string {
 	room := registry.MaxNameLength - len(server) - len(registry.Separator)
 	out := make(map[string]string, len(remote))
 	used := map[string]bool{}
+	// First the names that stay as they are: they are unique (a listing
+	// holds each name once), and a tool's own name is the one to keep.
 	for _, name := range remote {
+		if len(name) <= room && sanitize(name) == name && registry.ValidateNamePart(name) == nil {
+			used[name] = true
+			out[name] = name
+		}
+	}
+	for _, name := range remote {
+		if _, done := out[name]; done {
+			continue
+		}
 		s := sanitize(name)
 		if len(s) > room || registry.ValidateNamePart(s) != nil {
 			s = withHash(s, name, room)
