@@ -27,6 +27,14 @@ func main() {
 		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
 		defer stop()
 		context.AfterFunc(ctx, stop)
+		// A reader of stdout or stderr that goes away (the pipe closed)
+		// must cost log lines, not the service: Go ends the process with
+		// SIGPIPE at a write to a broken pipe on fd 1 or 2 unless SIGPIPE
+		// is notified, and then the write fails with EPIPE and the log
+		// counts the lines (toolsvc_log_lines_dropped_total). Notified,
+		// not ignored: an ignored signal stays ignored in the programs
+		// the tools run, which then no longer stop at a closed pipe.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	}
 	// Only a change is set: setting GOMAXPROCS stops the runtime from
 	// following later changes of the CPU limit.
@@ -39,7 +47,17 @@ func main() {
 		go tuneGC(ctx, 100*time.Millisecond, liveHeap, debug.SetGCPercent)
 	}
 	if err := run(ctx, os.Args, os.Environ(), os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "toolsvc:", err)
+		// A stderr nobody reads (a full pipe) would block this write, and
+		// the exit after it, for good.
+		written := make(chan struct{})
+		go func() {
+			fmt.Fprintln(os.Stderr, "toolsvc:", err)
+			close(written)
+		}()
+		select {
+		case <-written:
+		case <-time.After(time.Second):
+		}
 		os.Exit(1)
 	}
 }
