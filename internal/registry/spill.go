@@ -43,6 +43,10 @@ type SpillInfo struct {
 	// call): its spill must not replace that of a recorded call with the
 	// same toolCallId, whose stored result points to it.
 	Unrecorded bool `json:"-"`
+	// TotalReached says that StoredBytes stops short of TotalBytes because
+	// the kept outputs of all calls together reached
+	// SpillOptions.TotalBytes, not because of the spill limit.
+	TotalReached bool `json:"-"`
 }
 
 // ErrSpillOfRecordedCall is CreateSpill's error for the spill of an
@@ -87,9 +91,10 @@ type SpillOptions struct {
 	// MaxBytes bounds what one stream keeps; the rest is counted only.
 	// 0 means 64 MiB.
 	MaxBytes int64
-	// TotalBytes bounds what the store holds of all spills: a stream
-	// keeps at most what is left of it when the stream starts, and none
-	// once it is used up, until spills expire. 0 means no bound.
+	// TotalBytes bounds what the store holds of all spills: streams take
+	// from it as they write, and a stream that finds it used up keeps no
+	// more (nothing, when it had kept nothing), until spills expire. 0
+	// means no bound.
 	TotalBytes int64
 	// Retention is how long a spill is kept; 0 means 1 hour.
 	Retention time.Duration
@@ -117,17 +122,25 @@ type Spiller struct {
 	failed    prometheus.Counter
 
 	// total is SpillOptions.TotalBytes. held is what the store held when
-	// last asked (at most once a second, at heldAt), plus what spills
-	// committed since; granted is what open streams may still write.
+	// last asked (at most once a second, at heldAt) less what open streams
+	// had written to it then, plus what streams committed since; granted
+	// is what open streams have taken of the total (written or buffered),
+	// flushed what they have written. heldMu keeps a count of the store
+	// and the end of a stream apart.
 	total   int64
 	held    atomic.Int64
 	heldAt  atomic.Int64
 	granted atomic.Int64
+	flushed atomic.Int64
 	heldMu  sync.Mutex
+	// refusals counts the streams the total stopped since the last log
+	// line that said so, written at refusedAt (unix nanoseconds).
+	refusals  atomic.Int64
+	refusedAt atomic.Int64
 }
 
-// errSpillFull is the failure of a stream started when the spills held
-// already reach SpillOptions.TotalBytes.
+// errSpillFull is the failure of a stream that kept nothing because the
+// spills held already reached SpillOptions.TotalBytes.
 var errSpillFull = errors.New("the spill store holds its limit of kept outputs (TOOLSVC_SPILL_TOTAL_BYTES)")
 
 // NewSpiller returns a spiller over o.Store.
@@ -144,7 +157,7 @@ func NewSpiller(o SpillOptions) *Spiller {
 		s.clipped = prometheus.NewCounter(prometheus.CounterOpts{Name: "toolsvc_spill_clipped_total",
 			Help: "Spilled streams longer than TOOLSVC_SPILL_MAX_BYTES, kept only up to it."})
 		s.failed = prometheus.NewCounter(prometheus.CounterOpts{Name: "toolsvc_spill_failures_total",
-			Help: "Spills that could not be written (the result says the rest is not kept)."})
+			Help: "Spills that could not be written, or that TOOLSVC_SPILL_TOTAL_BYTES cut short or refused (the result says the rest is not kept)."})
 		stored := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolsvc_spill_stored_bytes",
 			Help: "Bytes of spilled output the store holds now (bounded by TOOLSVC_SPILL_MAX_BYTES per stream and the retention)."},
 			func() float64 {
@@ -196,45 +209,83 @@ func (s *Spiller) Sweep(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// open starts a spill of one stream of a call.
+// open starts a spill of one stream of a call. The stream takes from the
+// total only as it writes (SpillSink.take): taking the whole spill limit
+// up front let a few dozen streams of a few KiB each hold the total, and
+// refused the next ones with the store nearly empty.
 func (s *Spiller) open(ctx context.Context, callerID, toolCallID, toolName, stream string, unrecorded bool) *SpillSink {
-	grant := s.max
-	if s.total > 0 {
-		grant = min(grant, s.total-s.heldBytes(ctx)-s.granted.Load())
-		if grant <= 0 {
-			// Not logged per stream: the metric and the marker say it.
-			if s.failed != nil {
-				s.failed.Inc()
-			}
-			return &SpillSink{s: s, ctx: ctx, err: errSpillFull, stream: stream, callID: toolCallID}
-		}
-		s.granted.Add(grant)
+	if s.total > 0 && s.total-s.heldBytes(ctx)-s.granted.Load() <= 0 {
+		s.refused()
+		return &SpillSink{s: s, ctx: ctx, err: errSpillFull, stream: stream, callID: toolCallID}
 	}
 	now := s.now()
 	w, err := s.store.CreateSpill(ctx, &SpillInfo{CallerID: callerID, ToolCallID: toolCallID, ToolName: toolName,
 		Stream: stream, CreatedAt: now, ExpiresAt: now.Add(s.retention), Unrecorded: unrecorded})
-	k := &SpillSink{s: s, ctx: ctx, w: w, err: err, stream: stream, callID: toolCallID, limit: grant}
+	k := &SpillSink{s: s, ctx: ctx, w: w, err: err, stream: stream, callID: toolCallID, limit: s.max}
 	if err != nil {
 		k.fail(err)
 	}
 	return k
 }
 
-// heldBytes is what the store holds of all spills, asked at most once a
-// second (with what committed since added), so that starting a stream
-// costs no query of its own.
+// take gives an open stream up to n more bytes of the total, and returns
+// how many it got: fewer only when the total is reached.
+func (s *Spiller) take(ctx context.Context, n int64) int64 {
+	held := s.heldBytes(ctx)
+	for {
+		g := s.granted.Load()
+		got := min(n, s.total-held-g)
+		if got <= 0 {
+			return 0
+		}
+		if s.granted.CompareAndSwap(g, g+got) {
+			return got
+		}
+	}
+}
+
+// refused counts a stream that the total stopped, and says so in the log
+// at most once a minute, with how many streams it stopped since.
+func (s *Spiller) refused() {
+	if s.failed != nil {
+		s.failed.Inc()
+	}
+	s.refusals.Add(1)
+	last, now := s.refusedAt.Load(), time.Now().UnixNano()
+	if now-last < int64(time.Minute) || !s.refusedAt.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("spill: kept outputs reach TOOLSVC_SPILL_TOTAL_BYTES; cut outputs are kept in part or not at all until spills expire",
+		"totalBytes", s.total, "heldBytes", s.held.Load(), "openBytes", s.granted.Load(),
+		"streamsRefused", s.refusals.Swap(0), "retention", s.retention.String())
+}
+
+// heldBytes is what the store holds of all spills but what open streams
+// write, asked at most once a second (with what committed since added),
+// so that writing a stream costs no query of its own.
 func (s *Spiller) heldBytes(ctx context.Context) int64 {
-	if time.Since(time.Unix(0, s.heldAt.Load())) < time.Second {
+	at := s.heldAt.Load()
+	if time.Since(time.Unix(0, at)) < time.Second {
 		return s.held.Load()
 	}
-	s.heldMu.Lock()
+	// A count under way, or a stream ending, leaves the last figure, once
+	// there is one.
+	if at == 0 {
+		s.heldMu.Lock()
+	} else if !s.heldMu.TryLock() {
+		return s.held.Load()
+	}
 	defer s.heldMu.Unlock()
 	if time.Since(time.Unix(0, s.heldAt.Load())) >= time.Second {
+		// What open streams wrote is in the count and in granted: taken
+		// off here, it is counted once. (A chunk written during the count
+		// may be counted twice until the next one.)
+		open := s.flushed.Load()
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		n, err := s.store.SpillBytes(qctx)
 		cancel()
 		if err == nil {
-			s.held.Store(n)
+			s.held.Store(n - open)
 		}
 		// A failed count keeps the last one; the next try is in a second.
 		s.heldAt.Store(time.Now().UnixNano())
@@ -253,8 +304,7 @@ type SpillSink struct {
 	callID string
 	// unreadable: see SpillInfo.Unreadable.
 	unreadable bool
-	// limit is what the stream may keep: the spill limit, or what was
-	// left of the total when it started (then also Spiller.granted's).
+	// limit is what the stream may keep: the spill limit.
 	limit int64
 
 	mu     sync.Mutex
@@ -264,6 +314,11 @@ type SpillSink struct {
 	total  int64
 	err    error
 	done   bool
+	// taken is what the stream has of the spiller's total (its share of
+	// Spiller.granted), stored and buffered bytes and none more; full
+	// says the total refused it more, which ends what it keeps.
+	taken int64
+	full  bool
 }
 
 // Write keeps p (up to the limit) and never fails: a spill that cannot be
@@ -272,11 +327,14 @@ func (k *SpillSink) Write(p []byte) (int, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.total += int64(len(p))
-	if k.err != nil || k.done {
+	if k.err != nil || k.done || k.full {
 		return len(p), nil
 	}
-	room := k.limit - k.stored - int64(len(k.buf))
-	q := p[:min(int64(len(p)), max(room, 0))]
+	n := min(int64(len(p)), max(k.limit-k.stored-int64(len(k.buf)), 0))
+	if k.s.total > 0 {
+		n = k.take(n)
+	}
+	q := p[:n]
 	for len(q) > 0 {
 		if k.buf == nil {
 			k.buf = make([]byte, 0, SpillChunkBytes)
@@ -294,6 +352,23 @@ func (k *SpillSink) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// take makes n more bytes of the stream taken from the spiller's total,
+// and returns how many are: fewer when the total is reached, and then the
+// stream keeps no more (a kept output is always a beginning).
+func (k *SpillSink) take(n int64) int64 {
+	have := k.taken - k.stored - int64(len(k.buf))
+	if n <= have {
+		return n
+	}
+	got := k.s.take(k.ctx, n-have)
+	k.taken += got
+	if got < n-have {
+		k.full = true
+		k.s.refused()
+	}
+	return have + got
+}
+
 func (k *SpillSink) flush() {
 	if len(k.buf) == 0 {
 		return
@@ -304,6 +379,9 @@ func (k *SpillSink) flush() {
 	}
 	if k.s.written != nil {
 		k.s.written.Add(float64(len(k.buf)))
+	}
+	if k.s.total > 0 {
+		k.s.flushed.Add(int64(len(k.buf)))
 	}
 	k.seq++
 	k.stored += int64(len(k.buf))
@@ -341,13 +419,16 @@ func (k *SpillSink) drop() {
 	}
 }
 
-// release gives back what the stream was granted of the total; kept says
-// the store now holds what it stored.
+// release gives back what the stream took of the total; kept says the
+// store now holds what it stored.
 func (k *SpillSink) release(kept bool) {
-	if k.s.total <= 0 || k.limit <= 0 {
+	if k.s.total <= 0 || k.taken <= 0 {
 		return
 	}
-	k.s.granted.Add(-k.limit)
+	k.s.heldMu.Lock()
+	defer k.s.heldMu.Unlock()
+	k.s.granted.Add(-k.taken)
+	k.s.flushed.Add(-k.stored)
 	if kept {
 		k.s.held.Add(k.stored)
 	}
@@ -367,6 +448,12 @@ func (k *SpillSink) Close() (*SpillInfo, error) {
 	if k.err == nil {
 		k.flush()
 	}
+	if k.err == nil && k.stored == 0 && k.full {
+		// The total refused the stream its first byte: nothing to read on
+		// from (refused has counted and logged it).
+		k.err = errSpillFull
+		k.w.Abort(context.WithoutCancel(k.ctx))
+	}
 	if k.err == nil {
 		// The commit is the spill's record: it must land even when the
 		// call's context has just ended.
@@ -379,10 +466,11 @@ func (k *SpillSink) Close() (*SpillInfo, error) {
 	if k.err != nil {
 		return nil, k.err
 	}
-	if k.stored < k.total && k.s.clipped != nil {
+	if k.stored < k.total && !k.full && k.s.clipped != nil {
 		k.s.clipped.Inc()
 	}
-	return &SpillInfo{ToolCallID: k.callID, Stream: k.stream, TotalBytes: k.total, StoredBytes: k.stored, Unreadable: k.unreadable}, nil
+	return &SpillInfo{ToolCallID: k.callID, Stream: k.stream, TotalBytes: k.total, StoredBytes: k.stored, Unreadable: k.unreadable,
+		TotalReached: k.full && k.stored < k.total}, nil
 }
 
 // SpillStream starts the spill of one named stream of this call's output
@@ -468,8 +556,9 @@ func (r *Request) ReportTruncated(originalBytes int64) {
 const ReadOnTool = "result__read"
 
 // CutMarker is the text put where output was cut: how much was omitted,
-// and, when the stream was spilled, exactly how to read on (and the spill
-// limit when the spill does not hold all of it).
+// and, when the stream was spilled, exactly how to read on (and why the
+// spill does not hold all of it, when it does not: the spill limit, or the
+// total of all kept outputs).
 func CutMarker(omitted, total int64, toolCallID, stream string, readOffset int64, spill *SpillInfo) string {
 	m := fmt.Sprintf("[output truncated: %d bytes total, %d omitted", total, omitted)
 	if spill == nil {
@@ -490,7 +579,11 @@ func CutMarker(omitted, total int64, toolCallID, stream string, readOffset int64
 		m += fmt.Sprintf(`,"offset":%d}`, readOffset)
 	}
 	if spill.StoredBytes < spill.TotalBytes {
-		m += fmt.Sprintf("; only the first %d bytes are kept (the spill limit)", spill.StoredBytes)
+		why := "the spill limit"
+		if spill.TotalReached {
+			why = "the kept outputs of all calls reached their total limit"
+		}
+		m += fmt.Sprintf("; only the first %d bytes are kept (%s)", spill.StoredBytes, why)
 	}
 	return m + "]"
 }
