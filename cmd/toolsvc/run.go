@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/netutil"
+	"golang.org/x/sys/unix"
 
 	"github.com/toolsvc/toolsvc/api"
 	"github.com/toolsvc/toolsvc/internal/config"
@@ -121,12 +123,11 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 }
 
 // logWriter returns where the service's log goes: stderr, through a
-// buffer flushed every TOOLSVC_LOG_FLUSH_INTERVAL unless that is 0; flush
-// writes out what the buffer holds now, close also stops the buffering.
-func logWriter(cfg Config, stderr io.Writer) (w io.Writer, flush, close func()) {
-	if cfg.LogFlushInterval <= 0 {
-		return stderr, func() {}, func() {}
-	}
+// buffer its own goroutine writes out every TOOLSVC_LOG_FLUSH_INTERVAL (0:
+// at once), so that a reader of stderr that stops reading never holds up
+// a call or the drain; flush writes out what the buffer holds now, close
+// also stops the buffering.
+func logWriter(cfg Config, stderr io.Writer) (w *telemetry.BufferedWriter, flush, close func()) {
 	b := telemetry.NewBufferedWriter(stderr, cfg.LogFlushInterval)
 	return b, func() { _ = b.Flush() }, func() { _ = b.Close() }
 }
@@ -241,6 +242,7 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager, workers *worker
 		if a.auth, err = policy.NewAuthenticator(policy.AuthOptions{APIKey: cfg.APIKey, Callers: callers, DefaultRate: cfg.defaultRate()}); err != nil {
 			return nil, err
 		}
+		a.policy = withCallers(pol, cfg.APIKey != "", callers, a.issuers)
 	}
 	hopts := httpfetch.Options{
 		Version: version, AllowCIDRs: cfg.HTTPAllowCIDRs, AllowHosts: cfg.HTTPAllowHosts, DenyHosts: cfg.HTTPDenyHosts,
@@ -427,6 +429,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer obs.close(log)
+	obs.metrics.MustRegister(logOut) // toolsvc_log_lines_dropped_total
 	// The store opens before the port listens: a service that cannot
 	// keep records does not accept calls.
 	st, err := openStoreRetrying(ctx, cfg, log)
@@ -451,7 +454,15 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 
 	if n, err := st.InterruptRunning(ctx); err != nil {
-		return fmt.Errorf("store: %w", err)
+		if !errors.Is(err, registry.ErrStoreFull) {
+			return fmt.Errorf("store: %w", err)
+		}
+		// A full volume must not keep the service down: the sweeps that
+		// free space (expired outputs and records) run only once it is up.
+		// Left running, the records read E_INTERRUPTED once their lease
+		// has lapsed, and a sweep that has room ends them.
+		log.Warn("store: out of disk space; calls left running by an earlier process are ended later, by a sweep or when read",
+			"dataDir", dataDirOf(cfg), "err", err)
 	} else if n > 0 {
 		log.Warn("calls left running by an earlier process are now E_INTERRUPTED", "calls", n)
 	}
@@ -676,6 +687,7 @@ func openStoreRetrying(ctx context.Context, cfg Config, log *slog.Logger) (regis
 		if err == nil {
 			return st, nil
 		}
+		err = outOfSpace(cfg, err)
 		if ctx.Err() != nil {
 			return nil, gaveUp(attempt, err)
 		}
@@ -718,12 +730,100 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger) (registry.Stor
 		return s, nil
 	}
 	path := filepath.Join(cfg.DataDir, "toolsvc.db")
+	useReserve(cfg.DataDir, log)
 	s, err := sqlite.Open(ctx, path, sqlite.Options{Logger: log, SyncNormal: cfg.StoreSync == "normal", CommitWindow: cfg.StoreCommitWindow, CommitMaxOps: cfg.storeCommitMax()})
 	if err != nil {
 		return nil, err
 	}
 	log.Info("store: embedded", "path", path, "sync", cfg.StoreSync, "commitWindow", cfg.StoreCommitWindow.String())
+	makeReserve(cfg.DataDir, log)
 	return s, nil
+}
+
+// reserveFile is the file the embedded store keeps beside its database,
+// holding space on the data volume for a start that finds the volume full.
+// SQLite needs room for its shared-memory file and WAL before it can read
+// anything: on a full volume the store did not open ("disk I/O error"),
+// so the sweep that would free the space of expired outputs and records
+// never ran, and only an operator could bring the service back.
+const reserveFile = "toolsvc.db-reserve"
+
+// reserveBytes is the size of the reserve file on a volume of size
+// bytes: 2 MiB, at most an eighth of the volume. SQLite's WAL grows to
+// 1 MiB before SQLite checkpoints it, and deleting 256 MiB of expired
+// outputs writes about 550 KiB of it.
+func reserveBytes(size int64) int64 { return min(2<<20, size/8) }
+
+// useReserve deletes the reserve file when the data volume has less free
+// than the file holds, so that the store can open and sweep.
+func useReserve(dir string, log *slog.Logger) {
+	free, size, ok := volumeSpace(dir)
+	if !ok || free >= reserveBytes(size) {
+		return
+	}
+	path := filepath.Join(dir, reserveFile)
+	if fi, err := os.Stat(path); err == nil && os.Remove(path) == nil {
+		log.Warn("store: the data volume is nearly full, so its reserve file is deleted: the store can open, and free the space of expired outputs and records (the file is made again at a start that finds room)",
+			"dataDir", absPath(dir), "freeBytes", free, "reserveBytes", fi.Size())
+	}
+}
+
+// makeReserve makes the reserve file when it is missing and the data
+// volume has room for it twice over. Its bytes are random, so that a
+// compressing file system gives them their room.
+func makeReserve(dir string, log *slog.Logger) {
+	path := filepath.Join(dir, reserveFile)
+	free, size, ok := volumeSpace(dir)
+	n := reserveBytes(size)
+	if _, err := os.Stat(path); !ok || n <= 0 || free < 2*n || !errors.Is(err, iofs.ErrNotExist) {
+		return
+	}
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		_, err = f.Write(b)
+		err = errors.Join(err, f.Sync(), f.Close())
+	}
+	if err != nil {
+		os.Remove(path)
+		log.Warn("store: could not make the data volume's reserve file; a start on a full volume may then fail", "path", path, "err", err)
+	}
+}
+
+// volumeSpace returns the bytes free to unprivileged users, and the size,
+// of the volume that holds dir.
+func volumeSpace(dir string) (free, size int64, ok bool) {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil {
+		return 0, 0, false
+	}
+	bsize := uint64(st.Bsize)
+	return int64(min(uint64(st.Bavail)*bsize, 1<<62)), int64(min(uint64(st.Blocks)*bsize, 1<<62)), true
+}
+
+// outOfSpace names the data volume in the error of an embedded store
+// that could not open for want of disk space, which SQLite's own error
+// may not say ("disk I/O error" when it cannot make its shared-memory
+// file).
+func outOfSpace(cfg Config, err error) error {
+	if cfg.StoreURL != "" {
+		return err
+	}
+	free, size, ok := volumeSpace(cfg.DataDir)
+	if !ok || (!errors.Is(err, registry.ErrStoreFull) && free >= reserveBytes(size)) {
+		return err
+	}
+	return fmt.Errorf("the data volume of TOOLSVC_DATA_DIR %s is out of disk space (%d bytes free of %d): free space on it or grow it: %w",
+		absPath(cfg.DataDir), free, size, err)
+}
+
+// dataDirOf is where the store's data is, for a log line.
+func dataDirOf(cfg Config) string {
+	if cfg.StoreURL != "" {
+		return "PostgreSQL schema " + cfg.StoreSchema
+	}
+	return absPath(cfg.DataDir)
 }
 
 // registerCommitStats exports the store's group commit: how many
