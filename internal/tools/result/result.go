@@ -459,7 +459,7 @@ func output(info *registry.SpillInfo, a args, next int64) Output {
 		out.EOF = next >= info.StoredBytes
 		if out.EOF && info.StoredBytes < info.TotalBytes {
 			out.Note = "the output was " + strconv.FormatInt(info.TotalBytes, 10) + " bytes; only the first " +
-				strconv.FormatInt(info.StoredBytes, 10) + " were kept (the spill limit)"
+				strconv.FormatInt(info.StoredBytes, 10) + " were kept (the limit of one kept output, or the total all kept outputs may take, was reached)"
 		}
 	}
 	return out
