@@ -40,6 +40,11 @@ type Config struct {
 	ErrorMessageLimit int           `env:"TOOLSVC_ERROR_MESSAGE_LIMIT" envDefault:"1000" desc:"characters of an error message"`
 	MaxRequestBytes   int64         `env:"TOOLSVC_MAX_REQUEST_BYTES" envDefault:"1048576" desc:"request body limit (413 beyond)"`
 	MaxJSONDepth      int           `env:"TOOLSVC_MAX_JSON_DEPTH" envDefault:"64" desc:"request nesting limit (400 beyond)"`
+	// MaxRequestBytesInFlight bounds the bytes of the calls' request
+	// bodies held at once, so that many large bodies arriving together
+	// (or held by clients that never read their answers) cannot take the
+	// process's memory; 0 is derived (see defaultRequestBytesInFlight in internal/http).
+	MaxRequestBytesInFlight ByteSize `env:"TOOLSVC_MAX_REQUEST_BYTES_IN_FLIGHT" envDefault:"0" desc:"bytes of request bodies of calls held at once, from before they are read until their requests end (32MiB, 1GiB or bytes; a request beyond is answered 429 overloaded, unread); 0 is 32 times TOOLSVC_MAX_REQUEST_BYTES, and at most a sixteenth of GOMEMLIMIT when that is set"`
 	// MaxConnections bounds the client connections held open at once, so
 	// that idle ones cannot take the file descriptors the store and the
 	// tools need; a connection beyond it waits in the listen queue.
@@ -354,6 +359,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxRequestBytes < 1024 {
 		errs = append(errs, "TOOLSVC_MAX_REQUEST_BYTES must be at least 1024")
+	}
+	if n := c.MaxRequestBytesInFlight; n != 0 && (n < ByteSize(max(c.MaxRequestBytes, 0)) || n > math.MaxInt64) {
+		errs = append(errs, fmt.Sprintf("TOOLSVC_MAX_REQUEST_BYTES_IN_FLIGHT must be 0 (derived) or at least TOOLSVC_MAX_REQUEST_BYTES (%d), so that a body at the limit can be read; got %d", c.MaxRequestBytes, n))
 	}
 	if c.StoreTimeout <= 0 || c.StoreWaitTimeout <= 0 || c.StoreStartTimeout <= 0 {
 		return fmt.Errorf("TOOLSVC_STORE_TIMEOUT, TOOLSVC_STORE_WAIT_TIMEOUT and TOOLSVC_STORE_START_TIMEOUT must be positive")

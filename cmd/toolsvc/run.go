@@ -539,7 +539,7 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		Registerer:     metrics,
 		TracerProvider: obs.tracers,
 		OpenAPI:        api.OpenAPI(),
-		Limits:         toolhttp.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxJSONDepth: cfg.MaxJSONDepth},
+		Limits:         toolhttp.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxJSONDepth: cfg.MaxJSONDepth, MaxRequestBytesInFlight: int64(cfg.MaxRequestBytesInFlight)},
 		ReadyDetails:   map[string]any{"sandbox": a.sandbox.Status(), "mcp": mcp.Readiness()},
 		Ready: map[string]toolhttp.Check{"store": func(ctx context.Context) error {
 			if err := st.Ping(ctx); err != nil {

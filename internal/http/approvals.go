@@ -46,7 +46,10 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 	if err := checkPathID(id); err != nil {
 		return err
 	}
-	rec, err := st.GetCall(r.Context(), caller.ID, id)
+	// Through the executor: a call that finished while the store did not
+	// take its result is done, with the result it holds in memory.
+	ex := s.deps.Executor
+	rec, err := ex.GetCall(r.Context(), caller.ID, id)
 	if errors.Is(err, registry.ErrNotFound) {
 		return problem(kindNotFound, "no call "+id+" of this caller is recorded (read_only calls are recorded only with \"record\": true)")
 	}
@@ -58,7 +61,7 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 		defer stop()
 		ctx, cancel := context.WithTimeout(dctx, wait)
 		defer cancel()
-		if got, err := st.WaitCall(ctx, caller.ID, id); got != nil {
+		if got, err := ex.WaitCall(ctx, caller.ID, id); got != nil {
 			rec = got
 		} else if err != nil && ctx.Err() == nil {
 			return storeFailed(err, "")
@@ -88,6 +91,7 @@ func (s *Server) handleGetCall(w http.ResponseWriter, r *http.Request) error {
 	if rec.State != registry.CallDone {
 		status = http.StatusAccepted
 	}
+	markRecordPending(w, res)
 	return encode(w, status, nativeResult(res))
 }
 

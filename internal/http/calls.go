@@ -60,7 +60,8 @@ func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 	if len(raw) == 0 || raw[0] != '{' {
 		return nil, problem(kindInvalidCall, "a call must be a JSON object")
 	}
-	if e := callShape.check(raw); e != nil {
+	e, others := callShape.checkAll(raw)
+	if e != nil {
 		// Nothing of the call is echoed: which of two ids would it be?
 		if e.twice() {
 			return nil, problem(kindInvalidCall, e.detail("the call"))
@@ -68,17 +69,27 @@ func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 		return nil, problem(kindUnknownMember, e.detail("the call"))
 	}
 	var w wireCall
-	// The decoder reports the first unknown member or type mismatch and
-	// still fills the other fields.
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	uerr := dec.Decode(&w)
-	unknown := unknownMember(uerr)
-	if unknown != "" {
-		// Read again without the check: a model-shaped body may carry
-		// members of its provider's own.
-		w = wireCall{}
+	var uerr error
+	unknown := ""
+	if !others {
+		// Every member is one the call has: read in place. A Decoder
+		// copies the body into buffers it doubles as it reads, about
+		// twice the body in garbage (2 MB of the 14 MB a call of 1 MB
+		// allocated: BenchmarkBigWrite).
 		uerr = json.Unmarshal(raw, &w)
+	} else {
+		// The decoder reports the first unknown member or type mismatch
+		// and still fills the other fields.
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		uerr = dec.Decode(&w)
+		unknown = unknownMember(uerr)
+		if unknown != "" {
+			// Read again without the check: a model-shaped body may carry
+			// members of its provider's own.
+			w = wireCall{}
+			uerr = json.Unmarshal(raw, &w)
+		}
 	}
 	c := w.Call
 	native := false
@@ -111,7 +122,7 @@ func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 	}
 	// The id is checked before anything is answered: no answer, and no
 	// audit line, may echo an id that fails the check.
-	badID := badText(c.ToolCallID, raw)
+	badID := badCallID(c.ToolCallID, raw)
 	if badID != "" {
 		c.ToolCallID = ""
 	}
@@ -178,6 +189,18 @@ func badText(s string, raw []byte) string {
 		return "holds a control character (such as NUL, a tab or a newline); send printable text"
 	}
 	return ""
+}
+
+// badCallID is badText for a toolCallId, which also names the call in
+// URLs: GET /calls/{toolCallId}, its output and its console page. "." and
+// ".." are dot segments there, which browsers, curl and proxies remove
+// from a path before it is sent (RFC 3986, section 5.2.4): no URL could
+// reach such a call.
+func badCallID(id string, raw []byte) string {
+	if id == "." || id == ".." {
+		return fmt.Sprintf("is %q, which no URL can carry: browsers, curl and proxies remove it from a path as a dot segment, so GET /calls/%s would never reach the call; use another id", id, id)
+	}
+	return badText(id, raw)
 }
 
 // cleanText reports whether the JSON text b is valid UTF-8 and escapes no
@@ -531,13 +554,25 @@ func (e *memberError) twice() bool { return e.want == "" }
 // describe: the arguments are the executor's to check (a member twice in
 // them is E_INVALID_ARGUMENTS, with its JSON pointer).
 func (s *shape) check(raw []byte) *memberError {
-	return s.checkIn(raw, "")
+	e, _ := s.checkAll(raw)
+	return e
 }
 
-func (s *shape) checkIn(raw []byte, prefix string) *memberError {
+// checkAll is check that also reports whether raw, or an object within it
+// that s describes, has a member s does not know: whether a decoder that
+// disallows unknown fields would refuse it.
+func (s *shape) checkAll(raw []byte) (e *memberError, others bool) {
+	e = s.checkIn(raw, "", &others)
+	return e, others
+}
+
+func (s *shape) checkIn(raw []byte, prefix string, others *bool) *memberError {
 	// From a bytes.Buffer the decoder reads in place, without a copy.
 	d := jsontext.NewDecoder(bytes.NewBuffer(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	// Where the walk stops short, others is set: the decoder that
+	// refuses unknown members reads the body and says what is wrong.
 	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
+		*others = true
 		return nil // not an object: the decoder says so
 	}
 	// Only the members s knows are kept: the decoder ignores the others
@@ -548,6 +583,7 @@ func (s *shape) checkIn(raw []byte, prefix string) *memberError {
 	for d.PeekKind() == '"' {
 		tok, err := d.ReadToken()
 		if err != nil {
+			*others = true
 			return nil
 		}
 		name := tok.String()
@@ -559,16 +595,22 @@ func (s *shape) checkIn(raw []byte, prefix string) *memberError {
 			seen = append(seen, name)
 		} else if want, ok := s.folded[string(appendFolded(buf[:0], name))]; ok {
 			return &memberError{member: prefix + name, want: prefix + want}
+		} else {
+			*others = true
 		}
 		v, err := d.ReadValue()
 		if err != nil {
+			*others = true
 			return nil
 		}
 		if inner != nil && v.Kind() == '{' {
-			if e := inner.checkIn(v, prefix+name+"."); e != nil {
+			if e := inner.checkIn(v, prefix+name+".", others); e != nil {
 				return e
 			}
 		}
+	}
+	if d.PeekKind() != '}' {
+		*others = true
 	}
 	return nil
 }

@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -205,10 +207,20 @@ func (s *Server) require(scope registry.Scope) func(http.Handler) http.Handler {
 // TOOLSVC_SHUTDOWN_TIMEOUT, which then reported calls still running and
 // failed. Drain cuts the bodies still being read, and those requests are
 // refused like any other that comes while draining.
+//
+// The bytes of the bodies read are held against the service-wide budget
+// MaxRequestBytesInFlight until the request's handling ends: a body that
+// does not fit is not read, and its request is answered as overloaded.
 func (s *Server) admitCall(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.draining.Load() && r.Body != nil && r.Body != http.NoBody {
-			r.Body = s.readAhead(w, r)
+			body, held := s.readAhead(w, r)
+			defer s.bodies.release(held)
+			if body.err == errOverBudget {
+				s.writeProblem(w, r, s.overBudget())
+				return
+			}
+			r.Body = body
 		}
 		// Count first, then check: a call that sees "not draining" is
 		// already counted when shutdown starts waiting.
@@ -222,24 +234,142 @@ func (s *Server) admitCall(next http.Handler) http.Handler {
 	})
 }
 
+// overBudget is the answer to a request whose body would take the bytes
+// in flight past MaxRequestBytesInFlight: the executor's answer to a call
+// over its concurrency limit (429, overloaded, Retry-After), since it is
+// the same condition, too much at once, that passes as soon as other
+// requests end; 503 says the service or its store is unavailable.
+func (s *Server) overBudget() *Problem {
+	return problem(kindOverloaded, fmt.Sprintf("the service holds as many request bodies as it may at once (%d bytes, TOOLSVC_MAX_REQUEST_BYTES_IN_FLIGHT); this request was refused before its body was read whole, and nothing ran; retry shortly",
+		s.deps.Limits.MaxRequestBytesInFlight))
+}
+
 // readAhead reads r's body while Drain may cut it off, and returns it as
-// a body readBody takes at once.
-func (s *Server) readAhead(w http.ResponseWriter, r *http.Request) *readBodyAhead {
+// a body readBody takes at once, with the bytes of the budget of request
+// bytes in flight it holds for it, which the caller gives back when the
+// request's handling ends. A body that does not fit in the budget ends
+// with errOverBudget.
+func (s *Server) readAhead(w http.ResponseWriter, r *http.Request) (*readBodyAhead, int64) {
+	limit := s.deps.Limits.MaxRequestBytes
+	if r.ContentLength > limit {
+		// Refused by readBody (413) before a byte is read.
+		body, err := readBody(w, r, limit)
+		return &readBodyAhead{limit: limit, body: body, err: err}, 0
+	}
 	rc := http.NewResponseController(w)
 	s.uploadsMu.Lock()
 	if s.draining.Load() {
 		s.uploadsMu.Unlock()
-		return &readBodyAhead{limit: s.deps.Limits.MaxRequestBytes, err: errDraining}
+		return &readBodyAhead{limit: limit, err: errDraining}, 0
 	}
 	s.uploads[rc] = struct{}{}
 	s.uploadsMu.Unlock()
-	body, err := readBody(w, r, s.deps.Limits.MaxRequestBytes)
+	body, held, err := s.bodies.read(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
+	runtime.Gosched() // as readBody does
 	s.uploadsMu.Lock()
 	delete(s.uploads, rc)
 	s.uploadsMu.Unlock()
 	// The original body is left to net/http, which drains or drops what
 	// is left of it after the handler.
-	return &readBodyAhead{limit: s.deps.Limits.MaxRequestBytes, body: body, err: err}
+	return &readBodyAhead{limit: limit, body: body, err: err}, held
+}
+
+// errOverBudget is the body error of a request whose body did not fit in
+// the budget of request bytes in flight.
+var errOverBudget = errors.New("the budget of request bytes in flight is spent")
+
+// bodyBudget bounds the bytes of the request bodies held at once
+// (Limits.MaxRequestBytesInFlight).
+type bodyBudget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// take takes n bytes of the budget, when they fit.
+func (b *bodyBudget) take(n int64) bool {
+	for {
+		used := b.used.Load()
+		if used+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(used, used+n) {
+			return true
+		}
+	}
+}
+
+// release gives n bytes back.
+func (b *bodyBudget) release(n int64) {
+	if n > 0 {
+		b.used.Add(-n)
+	}
+}
+
+// firstPiece is the most of the budget a body takes before its first
+// read; it takes more as it arrives.
+const firstPiece = 64 << 10
+
+// read reads a body of size bytes (-1: unknown) and at most limit into a
+// buffer that it grows as the body arrives, four times at a step up to
+// the size, and returns the body and the bytes of the budget it took, its
+// buffer's capacity. The budget goes with what arrives, not with what a
+// client declares: connections that declare megabytes and send nothing
+// would otherwise spend the budget and have every call refused, and a
+// buffer is at most four times what arrived. A body whose declared size,
+// or first piece, does not fit in what is left is not read at all; one
+// that stops fitting as it grows (others grew meanwhile, or it is
+// chunked) ends with errOverBudget, keeping what it took.
+// Growing four times at a step, and to the size the body declares, the
+// buffers it drops add up to a third of the body; io.ReadAll reads into
+// pieces that add up to the body and copies them into one buffer at the
+// end, so it allocated the body twice (BenchmarkReadBody).
+func (b *bodyBudget) read(r io.Reader, size, limit int64) (body []byte, held int64, err error) {
+	end := limit // the most the buffer must hold
+	if size >= 0 {
+		end = size
+	}
+	if size >= 0 && b.used.Load()+size > b.max {
+		return nil, 0, errOverBudget // would not fit as it stands
+	}
+	first := min(end, firstPiece)
+	if !b.take(first) {
+		return nil, 0, errOverBudget
+	}
+	buf := make([]byte, 0, first)
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) == end {
+				if size < 0 {
+					// At the limit: one more byte makes the reader's
+					// MaxBytesError, and EOF ends the body.
+					var one [1]byte
+					_, err := io.ReadFull(r, one[:])
+					if err == io.EOF {
+						err = nil
+					} else if err == nil {
+						err = &http.MaxBytesError{Limit: limit}
+					}
+					return buf, int64(cap(buf)), err
+				}
+				return buf, int64(cap(buf)), nil
+			}
+			grown := min(4*int64(cap(buf)), end)
+			if !b.take(grown - int64(cap(buf))) {
+				return buf, int64(cap(buf)), errOverBudget
+			}
+			buf = append(make([]byte, 0, grown), buf...)
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case err == io.EOF && size >= 0 && int64(len(buf)) < size:
+			return buf, int64(cap(buf)), io.ErrUnexpectedEOF
+		case err == io.EOF:
+			return buf, int64(cap(buf)), nil
+		case err != nil:
+			return buf, int64(cap(buf)), err
+		}
+	}
 }
 
 // errDraining is the body error of a request whose body was not read

@@ -147,10 +147,6 @@ func queryInt(v string, def, lo, hi int64, name string) (int64, error) {
 // waiting for approval, so that a read of its output, which is kept only
 // once it ends, is not answered as if the output had expired.
 func (s *Server) stillRunning(ctx context.Context, caller *registry.Caller, id string) bool {
-	st := s.deps.Executor.Store()
-	if st == nil {
-		return false
-	}
-	rec, err := st.GetCall(ctx, caller.ID, id)
+	rec, err := s.deps.Executor.GetCall(ctx, caller.ID, id) // ErrNoStore without a store
 	return err == nil && rec.State != registry.CallDone
 }

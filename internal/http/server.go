@@ -6,7 +6,9 @@ package http
 import (
 	"context"
 	"log/slog"
+	"math"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +36,11 @@ type Executor interface {
 	AuditRefused(ctx context.Context, caller *registry.Caller, res *registry.Result)
 	// Store is where calls and approvals are kept; nil when nowhere.
 	Store() registry.Store
+	// GetCall and WaitCall read a call's record as the store's methods
+	// do, except that a call that finished while the store did not take
+	// its result reads as done, with the result held in memory.
+	GetCall(ctx context.Context, callerID, toolCallID string) (*registry.CallRecord, error)
+	WaitCall(ctx context.Context, callerID, toolCallID string) (*registry.CallRecord, error)
 }
 
 // Authenticator maps a bearer token to a caller.
@@ -50,6 +57,29 @@ type Limits struct {
 	MaxRequestBytes int64
 	// MaxJSONDepth bounds the nesting of a request body (400 beyond).
 	MaxJSONDepth int
+	// MaxRequestBytesInFlight bounds the bytes of the request bodies of
+	// calls (POST /calls, /calls/batch, /approvals/{id}, /mcp and the
+	// console's decisions) held at once, from before they are read until
+	// their requests end; a request whose body does not fit is answered
+	// 429 unread. 0 is defaultRequestBytesInFlight.
+	MaxRequestBytesInFlight int64
+}
+
+// defaultRequestBytesInFlight is the budget of request bytes in flight
+// for a body limit of maxRequestBytes and a Go memory limit of memLimit
+// (math.MaxInt64: none): 32 bodies at the limit (32 MiB at the default
+// 1 MiB), and at most a sixteenth of the memory limit, but never less than
+// one body at the limit. A body costs several times its size while its
+// call is decoded, validated and run, and the collector lets the heap
+// grow to twice what is live: through the binary, each MiB of the budget
+// that 1 MB fs__write calls filled added about 6 MB to the peak resident
+// memory (32 MiB: 260 MB, 64 MiB: 446 MB, 128 MiB: 891 MB; docs/limits.md).
+func defaultRequestBytesInFlight(maxRequestBytes, memLimit int64) int64 {
+	budget := 32 * maxRequestBytes
+	if memLimit > 0 && memLimit < math.MaxInt64 {
+		budget = min(budget, memLimit/16)
+	}
+	return max(budget, maxRequestBytes)
 }
 
 // Deps are what the HTTP adapter needs.
@@ -118,8 +148,10 @@ type Server struct {
 	// cuts off.
 	uploadsMu sync.Mutex
 	uploads   map[*http.ResponseController]struct{}
-	console   *ui.Console // nil when disabled
-	formats   formats
+	// bodies is the budget of request bytes in flight.
+	bodies  *bodyBudget
+	console *ui.Console // nil when disabled
+	formats formats
 }
 
 // NewServer returns the HTTP server for deps.
@@ -133,7 +165,13 @@ func NewServer(deps Deps) *Server {
 	if deps.Limits.MaxJSONDepth <= 0 {
 		deps.Limits.MaxJSONDepth = 64
 	}
-	s := &Server{deps: deps, formats: wireFormats(), uploads: map[*http.ResponseController]struct{}{}}
+	if deps.Limits.MaxRequestBytesInFlight <= 0 {
+		deps.Limits.MaxRequestBytesInFlight = defaultRequestBytesInFlight(deps.Limits.MaxRequestBytes, debug.SetMemoryLimit(-1))
+	}
+	// One body at the limit always fits.
+	deps.Limits.MaxRequestBytesInFlight = max(deps.Limits.MaxRequestBytesInFlight, deps.Limits.MaxRequestBytes)
+	s := &Server{deps: deps, formats: wireFormats(), uploads: map[*http.ResponseController]struct{}{},
+		bodies: &bodyBudget{max: deps.Limits.MaxRequestBytesInFlight}}
 	s.drained, s.endDrained = context.WithCancel(context.Background())
 	if deps.Registerer != nil && deps.RateLimiter != nil {
 		s.rate = newRateMetrics(deps.Registerer)

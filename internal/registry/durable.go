@@ -226,7 +226,7 @@ func (e *Executor) replay(ctx context.Context, f *flight, name string, rec *Call
 	}
 	if rec.State == CallRunning {
 		wctx, cancel := context.WithTimeout(ctx, e.wait)
-		last, err := e.store.WaitCall(wctx, f.caller.ID, rec.ToolCallID)
+		last, err := e.WaitCall(wctx, f.caller.ID, rec.ToolCallID)
 		cancel()
 		switch {
 		case err == nil:
@@ -740,6 +740,15 @@ type backlog struct {
 	results  map[backlogKey]*heldResult
 	audits   []*AuditEntry
 	wake     chan struct{}
+	// watches are the waits (WaitCall) for a result to be held, by call.
+	watches map[backlogKey]*heldWatch
+}
+
+// heldWatch is closed when its call's result is held; n counts the
+// waits that share it.
+type heldWatch struct {
+	held chan struct{}
+	n    int
 }
 
 type backlogKey struct{ caller, id string }
@@ -751,7 +760,7 @@ type heldResult struct {
 }
 
 func newBacklog(max int) *backlog {
-	return &backlog{max: max, results: make(map[backlogKey]*heldResult), wake: make(chan struct{}, 1)}
+	return &backlog{max: max, results: make(map[backlogKey]*heldResult), wake: make(chan struct{}, 1), watches: make(map[backlogKey]*heldWatch)}
 }
 
 func (b *backlog) len() int {
@@ -766,9 +775,50 @@ func (b *backlog) hold(caller, digest string, res *Result, entry *AuditEntry) bo
 	if len(b.results)+len(b.audits) >= b.max {
 		return false
 	}
-	b.results[backlogKey{caller, res.ToolCallID}] = &heldResult{digest: digest, res: res, entry: entry}
+	k := backlogKey{caller, res.ToolCallID}
+	b.results[k] = &heldResult{digest: digest, res: res, entry: entry}
+	if w := b.watches[k]; w != nil {
+		close(w.held)
+		delete(b.watches, k)
+	}
 	b.signal()
 	return true
+}
+
+// held returns a copy of the result held for a call, or nil.
+func (b *backlog) held(caller, id string) *Result {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h, ok := b.results[backlogKey{caller, id}]
+	if !ok {
+		return nil
+	}
+	res := *h.res
+	return &res
+}
+
+// watch returns a channel closed once a result is held for a call, or nil
+// when one is held already; stop ends the watch.
+func (b *backlog) watch(caller, id string) (held <-chan struct{}, stop func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := backlogKey{caller, id}
+	if _, ok := b.results[k]; ok {
+		return nil, func() {}
+	}
+	w := b.watches[k]
+	if w == nil {
+		w = &heldWatch{held: make(chan struct{})}
+		b.watches[k] = w
+	}
+	w.n++
+	return w.held, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if w.n--; w.n == 0 && b.watches[k] == w {
+			delete(b.watches, k)
+		}
+	}
 }
 
 func (b *backlog) holdAudit(entry *AuditEntry) bool {
@@ -803,6 +853,66 @@ func (b *backlog) result(caller, id, tool, digest string) (*Result, bool) {
 	}
 	res := *h.res
 	return &res, true
+}
+
+// GetCall returns the record of a call of callerID as this executor
+// knows it. A call that finished while the store did not take its result
+// (finishRecord holds it in memory and retries) is done, with that result,
+// marked RecordPending as the call's own answer was, although the store's
+// record still says it runs until the result is written.
+func (e *Executor) GetCall(ctx context.Context, callerID, toolCallID string) (*CallRecord, error) {
+	if e.store == nil {
+		return nil, ErrNoStore
+	}
+	// The backlog first: a result written and let go between the two
+	// reads is then in the store.
+	held := e.backlog.held(callerID, toolCallID)
+	rec, err := e.store.GetCall(ctx, callerID, toolCallID)
+	if held == nil || (err == nil && rec.State == CallDone) {
+		return rec, err
+	}
+	return heldRecord(rec, callerID, held), nil
+}
+
+// heldRecord is rec (nil when the store could not be read) done with the
+// held result res.
+func heldRecord(rec *CallRecord, callerID string, res *Result) *CallRecord {
+	out := CallRecord{CallerID: callerID, ToolCallID: res.ToolCallID, ToolName: res.ToolName}
+	if rec != nil {
+		out = *rec
+	}
+	out.State, out.Result, out.Owner, out.ExpiresAt = CallDone, res, "", time.Time{}
+	return &out
+}
+
+// WaitCall is the store's WaitCall (the record once the call is done, or
+// the latest when ctx ends first, with ctx's error) that also ends when
+// the call finishes while the store does not take its result: then it
+// returns the record GetCall does. The store alone would wait until the
+// result is written, or ctx ends, and say the call still runs.
+func (e *Executor) WaitCall(ctx context.Context, callerID, toolCallID string) (*CallRecord, error) {
+	if e.store == nil {
+		return nil, ErrNoStore
+	}
+	held, stop := e.backlog.watch(callerID, toolCallID)
+	defer stop()
+	if held == nil {
+		return e.GetCall(ctx, callerID, toolCallID)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-held:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	rec, err := e.store.WaitCall(wctx, callerID, toolCallID)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return e.GetCall(ctx, callerID, toolCallID) // held
+	}
+	return rec, err
 }
 
 // RetryRecords writes held results and audit entries into the store until
