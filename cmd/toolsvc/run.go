@@ -20,7 +20,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/netutil"
-	"golang.org/x/sys/unix"
 
 	"github.com/toolsvc/toolsvc/api"
 	"github.com/toolsvc/toolsvc/internal/config"
@@ -757,7 +756,7 @@ func reserveBytes(size int64) int64 { return min(2<<20, size/8) }
 // useReserve deletes the reserve file when the data volume has less free
 // than the file holds, so that the store can open and sweep.
 func useReserve(dir string, log *slog.Logger) {
-	free, size, ok := volumeSpace(dir)
+	free, size, ok := sqlite.VolumeSpace(dir)
 	if !ok || free >= reserveBytes(size) {
 		return
 	}
@@ -773,7 +772,7 @@ func useReserve(dir string, log *slog.Logger) {
 // compressing file system gives them their room.
 func makeReserve(dir string, log *slog.Logger) {
 	path := filepath.Join(dir, reserveFile)
-	free, size, ok := volumeSpace(dir)
+	free, size, ok := sqlite.VolumeSpace(dir)
 	n := reserveBytes(size)
 	if _, err := os.Stat(path); !ok || n <= 0 || free < 2*n || !errors.Is(err, iofs.ErrNotExist) {
 		return
@@ -791,17 +790,6 @@ func makeReserve(dir string, log *slog.Logger) {
 	}
 }
 
-// volumeSpace returns the bytes free to unprivileged users, and the size,
-// of the volume that holds dir.
-func volumeSpace(dir string) (free, size int64, ok bool) {
-	var st unix.Statfs_t
-	if unix.Statfs(dir, &st) != nil {
-		return 0, 0, false
-	}
-	bsize := uint64(st.Bsize)
-	return int64(min(uint64(st.Bavail)*bsize, 1<<62)), int64(min(uint64(st.Blocks)*bsize, 1<<62)), true
-}
-
 // outOfSpace names the data volume in the error of an embedded store
 // that could not open for want of disk space, which SQLite's own error
 // may not say ("disk I/O error" when it cannot make its shared-memory
@@ -810,7 +798,7 @@ func outOfSpace(cfg Config, err error) error {
 	if cfg.StoreURL != "" {
 		return err
 	}
-	free, size, ok := volumeSpace(cfg.DataDir)
+	free, size, ok := sqlite.VolumeSpace(cfg.DataDir)
 	if !ok || (!errors.Is(err, registry.ErrStoreFull) && free >= reserveBytes(size)) {
 		return err
 	}

@@ -2,6 +2,6 @@
 
 package sqlite
 
-// volumeSpace cannot ask the volume here: spills are bounded by
+// VolumeSpace cannot ask the volume here: spills are bounded by
 // TOOLSVC_SPILL_TOTAL_BYTES only.
-func volumeSpace(string) (free, size int64, ok bool) { return 0, 0, false }
+func VolumeSpace(string) (free, size int64, ok bool) { return 0, 0, false }

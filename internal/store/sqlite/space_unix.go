@@ -4,9 +4,9 @@ package sqlite
 
 import "golang.org/x/sys/unix"
 
-// volumeSpace returns the bytes free to unprivileged users, and the size,
+// VolumeSpace returns the bytes free to unprivileged users, and the size,
 // of the volume that holds dir.
-func volumeSpace(dir string) (free, size int64, ok bool) {
+func VolumeSpace(dir string) (free, size int64, ok bool) {
 	var st unix.Statfs_t
 	if unix.Statfs(dir, &st) != nil {
 		return 0, 0, false

@@ -46,7 +46,7 @@ const walGrowth = 1<<20 + 2*registry.SpillChunkBytes
 // chunks waiting in the WAL grew the file after the check, and the WAL
 // took the reserve.
 func (s *Store) spillRoom(ctx context.Context, n int64) error {
-	free, size, ok := volumeSpace(s.dir)
+	free, size, ok := VolumeSpace(s.dir)
 	if !ok {
 		return nil
 	}
