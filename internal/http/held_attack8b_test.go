@@ -104,6 +104,10 @@ func TestGetCallAnswersFromTheHeldResult(t *testing.T) {
 	if rec, err := st.GetCall(t.Context(), "anonymous", "held-1"); err != nil || rec.State != registry.CallRunning {
 		t.Fatalf("the store's record: %v %+v; the test needs it still running", err, rec)
 	}
+	// The console's page of the call shows it as the API does.
+	if status, body := e.page("/ui/calls/held-1"); status != 200 || !strings.Contains(body, "appended") {
+		t.Errorf("the console's page of the held call: %d, without its output:\n%s", status, body)
+	}
 
 	// Once the store takes the result, the stored record answers.
 	st.full.Store(false)

@@ -36,6 +36,10 @@ type Executor interface {
 	Decide(ctx context.Context, approver *registry.Caller, id string, v registry.Verdict, reason string) (*registry.Approval, *registry.Result, error)
 	Registry() *registry.Registry
 	Store() registry.Store
+	// GetCall reads a call's record as the API's GET /calls/{id} does: a
+	// result held in memory, which the store could not take yet, is the
+	// call's result.
+	GetCall(ctx context.Context, callerID, toolCallID string) (*registry.CallRecord, error)
 }
 
 // Options configure the console.

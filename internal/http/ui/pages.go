@@ -265,7 +265,7 @@ func (c *Console) handleCall(w http.ResponseWriter, r *http.Request) {
 		owner = caller.ID
 	}
 	id := PathParam(r, "toolCallId")
-	rec, err := st.GetCall(r.Context(), owner, id)
+	rec, err := c.o.Executor.GetCall(r.Context(), owner, id)
 	if errors.Is(err, registry.ErrNotFound) {
 		c.fail(w, r, http.StatusNotFound, "No call "+id+" of "+owner+" is recorded.")
 		return

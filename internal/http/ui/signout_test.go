@@ -35,6 +35,10 @@ type storeExecutor struct {
 
 func (e storeExecutor) Store() registry.Store { return e.st }
 
+func (e storeExecutor) GetCall(ctx context.Context, callerID, toolCallID string) (*registry.CallRecord, error) {
+	return e.st.GetCall(ctx, callerID, toolCallID)
+}
+
 // faultyStore is a real store whose session methods fail on demand.
 type faultyStore struct {
 	registry.Store
