@@ -3,29 +3,13 @@ package http
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
-
-// finishFull is a real store out of disk space for results: FinishCall
-// fails as a full SQLite does while full is set.
-type finishFull struct {
-	registry.Store
-	full atomic.Bool
-}
-
-func (f *finishFull) FinishCall(ctx context.Context, c, id string, r *registry.Result, a *registry.AuditEntry) (*registry.CallRecord, bool, error) {
-	if f.full.Load() {
-		return nil, false, fmt.Errorf("%w: database or disk is full (13)", registry.ErrStoreFull)
-	}
-	return f.Store.FinishCall(ctx, c, id, r, a)
-}
 
 // TestGetCallAnswersFromTheHeldResult: a call that finished while the
 // store was full answered 200 with its record pending, and GET
@@ -36,7 +20,7 @@ func (f *finishFull) FinishCall(ctx context.Context, c, id string, r *registry.R
 // pending), and a wait ends when the call does.
 func TestGetCallAnswersFromTheHeldResult(t *testing.T) {
 	started, release := make(chan struct{}, 1), make(chan struct{})
-	st := &finishFull{Store: openStore(t)}
+	st := &finishFails{Store: openStore(t)} // FinishCall fails, as on a full disk, while down
 	e := newEnv(t, func(d *Deps, o *registry.Options) {
 		reg, err := registry.New(registry.Defaults{Timeout: 10 * time.Second}, &registry.Tool{
 			Definition: registry.Definition{Name: "test__append", Description: "appends", Tier: registry.SideEffecting, Parameters: json.RawMessage(`{"type":"object"}`)},
@@ -51,7 +35,7 @@ func TestGetCallAnswersFromTheHeldResult(t *testing.T) {
 		}
 		o.Registry, o.Store = reg, st
 	})
-	st.full.Store(true)
+	st.down.Store(true)
 	posted := make(chan response, 1)
 	go func() {
 		req, _ := http.NewRequest("POST", e.ts.URL+"/calls", strings.NewReader(`{"toolName":"test__append","toolCallId":"held-1"}`))
@@ -110,7 +94,7 @@ func TestGetCallAnswersFromTheHeldResult(t *testing.T) {
 	}
 
 	// Once the store takes the result, the stored record answers.
-	st.full.Store(false)
+	st.down.Store(false)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if n := e.srv.deps.Executor.(*registry.Executor).FlushRecords(ctx); n != 0 {

@@ -2,27 +2,11 @@ package registry_test
 
 import (
 	"context"
-	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
-
-// fullOnFinish is a real store out of disk space for results: FinishCall
-// fails as a full SQLite does while full is set.
-type fullOnFinish struct {
-	registry.Store
-	full atomic.Bool
-}
-
-func (s *fullOnFinish) FinishCall(ctx context.Context, c, id string, r *registry.Result, a *registry.AuditEntry) (*registry.CallRecord, bool, error) {
-	if s.full.Load() {
-		return nil, false, fmt.Errorf("%w: database or disk is full (13)", registry.ErrStoreFull)
-	}
-	return s.Store.FinishCall(ctx, c, id, r, a)
-}
 
 // TestHeldResultIsTheCallsRecord: a call that finished while the store
 // was full has its result held in memory, and its record in the store
@@ -41,11 +25,11 @@ func TestHeldResultIsTheCallsRecord(t *testing.T) {
 			return "appended", nil
 		}),
 	}
-	st := &fullOnFinish{Store: openSQLite(t)}
+	st := &flaky{Store: openSQLite(t)} // FinishCall fails, as on a full disk, while down
 	e := registry.NewExecutor(registry.Options{Registry: newRegistry(t, tool), Store: st, WaitTimeout: 20 * time.Second})
 	caller := registry.Anonymous()
 	call := &registry.Call{ToolCallID: "held-1", ToolName: "fs__append"}
-	st.full.Store(true)
+	st.down.Store(true)
 
 	first := make(chan *registry.Result, 1)
 	go func() {
@@ -106,7 +90,7 @@ func TestHeldResultIsTheCallsRecord(t *testing.T) {
 		t.Errorf("WaitCall of a result held already: %v %+v", err, rec)
 	}
 
-	st.full.Store(false)
+	st.down.Store(false)
 	ctx, cancel = context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if n := e.FlushRecords(ctx); n != 0 {
