@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -85,6 +87,15 @@ func TestConcurrentRepeatsRunOnce(t *testing.T) {
 	status, r := in.do("POST", "/calls", strings.Replace(call, `"x\n"`, `"y\n"`, 1))
 	if status != 409 || r.Code != "conflict" {
 		t.Errorf("same id, other arguments: %d %+v", status, r)
+	}
+	// The same call in another instance writes another file: answering it
+	// with the first one's result would say a write happened that did not.
+	status, r = in.do("POST", "/calls", strings.Replace(call, `"toolName"`, `"context":{"instanceKey":"conv-2"},"toolName"`, 1))
+	if status != 409 || r.Code != "conflict" {
+		t.Errorf("same id and arguments in another instance: %d %+v", status, r)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "callers/anonymous/conv-2", "log.txt")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the refused call wrote in its instance: %v", err)
 	}
 	if status, r := in.do("GET", "/calls/append-1", ""); status != 200 || r.Status != "ok" {
 		t.Errorf("GET /calls/append-1: %d %+v", status, r)

@@ -127,7 +127,7 @@ func problemFor(err error) *Problem {
 	case errors.Is(err, registry.ErrOverloaded):
 		return problem(kindOverloaded, "too many tool calls in flight; retry shortly")
 	case errors.Is(err, registry.ErrConflict):
-		return problem(kindConflict, "this toolCallId was already used for a call with another tool or other arguments; use a new toolCallId")
+		return problem(kindConflict, "this toolCallId was already used for a call with another tool, other arguments or another context.instanceKey; use a new toolCallId")
 	case errors.Is(err, registry.ErrUnavailable):
 		return storeFailed(err, "; the call did not run")
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrNoStore):

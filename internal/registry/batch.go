@@ -131,8 +131,9 @@ func concurrent(reg *Registry, c *Call) bool {
 const HeldText = "would start only after it"
 
 // ConflictText is what the result of a call of a batch says when its
-// toolCallId names an earlier call with another tool or other arguments.
-const ConflictText = "already names a call with another tool or other arguments"
+// toolCallId names an earlier call with another tool, other arguments or
+// another instance.
+const ConflictText = "already names a call with another tool, other arguments or another context.instanceKey"
 
 // batch is one ExecuteBatch in progress.
 type batch struct {

@@ -40,7 +40,7 @@ func (e *Executor) recall(ctx context.Context, f *flight) error {
 	if !f.durable || f.call.ToolCallID == "" || f.resumed != nil {
 		return nil
 	}
-	if res, ok := e.backlog.result(f.caller.ID, f.res.ToolCallID, f.tool.Name, f.digest); ok {
+	if res, ok := e.backlog.result(f.caller.ID, f.res.ToolCallID, f.tool.Name, f.digest, f.call.Context.InstanceKey); ok {
 		if res == nil {
 			return ErrConflict
 		}
@@ -95,7 +95,7 @@ func (e *Executor) refused(ctx context.Context, f *flight, err error) error {
 		f.digest = ArgumentsDigest(v)
 	}
 	name := f.call.ToolName
-	if res, ok := e.backlog.result(f.caller.ID, f.res.ToolCallID, name, f.digest); ok {
+	if res, ok := e.backlog.result(f.caller.ID, f.res.ToolCallID, name, f.digest, f.call.Context.InstanceKey); ok {
 		if res == nil {
 			return ErrConflict
 		}
@@ -207,7 +207,7 @@ func (e *Executor) record(ctx context.Context, f *flight) error {
 // repeat of a pending call that grants its approval inline, from a caller
 // who may (scope approve), decides the request (grantInline).
 func (e *Executor) replay(ctx context.Context, f *flight, name string, rec *CallRecord) error {
-	if !rec.Matches(name, f.digest) {
+	if !rec.Matches(name, f.digest, f.call.Context.InstanceKey) {
 		return ErrConflict
 	}
 	if rec.State == CallPendingApproval {
@@ -416,7 +416,7 @@ func (e *Executor) finishRecord(ctx context.Context, f *flight) {
 		e.log.Error("store: recording a result failed; holding it in memory and retrying", "toolCallId", f.res.ToolCallID, "error", err)
 		held := *keep
 		held.RecordPending = true
-		if !e.backlog.hold(f.caller.ID, f.digest, &held, entry) {
+		if !e.backlog.hold(f.caller.ID, f.digest, f.call.Context.InstanceKey, &held, entry) {
 			// No room: the record lapses to E_INTERRUPTED, which says the
 			// outcome is unknown; it never says something false.
 			e.log.Error("store: record backlog is full; the call's record will read E_INTERRUPTED", "toolCallId", f.res.ToolCallID)
@@ -591,7 +591,7 @@ func (e *Executor) decideApproval(ctx context.Context, approver *Caller, id stri
 			return a, e.resume(ctx, a), nil
 		}
 	}
-	if res, ok := e.backlog.result(a.CallerID, a.ToolCallID, a.ToolName, a.ArgumentsDigest); ok && res != nil {
+	if res, ok := e.backlog.result(a.CallerID, a.ToolCallID, a.ToolName, a.ArgumentsDigest, a.Context.InstanceKey); ok && res != nil {
 		return a, res, nil
 	}
 	rec, err := e.store.GetCall(ctx, a.CallerID, a.ToolCallID)
@@ -754,9 +754,10 @@ type heldWatch struct {
 type backlogKey struct{ caller, id string }
 
 type heldResult struct {
-	digest string
-	res    *Result
-	entry  *AuditEntry
+	digest      string
+	instanceKey string
+	res         *Result
+	entry       *AuditEntry
 }
 
 func newBacklog(max int) *backlog {
@@ -769,14 +770,14 @@ func (b *backlog) len() int {
 	return len(b.results) + len(b.audits)
 }
 
-func (b *backlog) hold(caller, digest string, res *Result, entry *AuditEntry) bool {
+func (b *backlog) hold(caller, digest, instanceKey string, res *Result, entry *AuditEntry) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.results)+len(b.audits) >= b.max {
 		return false
 	}
 	k := backlogKey{caller, res.ToolCallID}
-	b.results[k] = &heldResult{digest: digest, res: res, entry: entry}
+	b.results[k] = &heldResult{digest: digest, instanceKey: instanceKey, res: res, entry: entry}
 	if w := b.watches[k]; w != nil {
 		close(w.held)
 		delete(b.watches, k)
@@ -840,15 +841,16 @@ func (b *backlog) signal() {
 }
 
 // result returns the held result of a call: ok when one is held, and a
-// nil result when it is of another tool or other arguments (a conflict).
-func (b *backlog) result(caller, id, tool, digest string) (*Result, bool) {
+// nil result when it is of another tool, other arguments or another
+// instance (a conflict, as CallRecord.Matches has it).
+func (b *backlog) result(caller, id, tool, digest, instanceKey string) (*Result, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	h, ok := b.results[backlogKey{caller, id}]
 	if !ok {
 		return nil, false
 	}
-	if h.res.ToolName != tool || h.digest != digest {
+	if h.res.ToolName != tool || h.digest != digest || h.instanceKey != instanceKey {
 		return nil, true
 	}
 	res := *h.res

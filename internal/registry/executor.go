@@ -27,8 +27,8 @@ import (
 // ErrOverloaded means the concurrency limit is reached; the call did not run.
 var ErrOverloaded = errors.New("too many tool calls in flight")
 
-// ErrConflict means a toolCallId already names another call (other tool or
-// other arguments) of the same caller.
+// ErrConflict means a toolCallId already names another call (other tool,
+// other arguments or another instance) of the same caller.
 var ErrConflict = errors.New("toolCallId already used for a different call")
 
 // ErrUnavailable means the store did not answer; the call did not run.

@@ -291,6 +291,9 @@ func TestUnrecordedResultIsHeldAndRetried(t *testing.T) {
 	if _, err := e.Execute(t.Context(), caller, &registry.Call{ToolCallID: "held-1", ToolName: "fs__append", Arguments: json.RawMessage(`{"x":1}`)}); !errors.Is(err, registry.ErrConflict) {
 		t.Fatalf("other arguments under a held id: %v, want ErrConflict", err)
 	}
+	if _, err := e.Execute(t.Context(), caller, &registry.Call{ToolCallID: "held-1", ToolName: "fs__append", Context: registry.CallContext{InstanceKey: "other"}}); !errors.Is(err, registry.ErrConflict) {
+		t.Fatalf("another instance under a held id: %v, want ErrConflict", err)
+	}
 	rec, err := st.GetCall(t.Context(), caller.ID, "held-1")
 	if err != nil || rec.State != registry.CallRunning {
 		t.Fatalf("record while held: %v %+v", err, rec)

@@ -38,8 +38,8 @@ type CallRecord struct {
 	ToolCallID string `json:"toolCallId"`
 	ToolName   string `json:"toolName"`
 	// ArgumentsDigest is ArgumentsDigest of the decoded arguments (hex
-	// SHA-256 of their canonical JSON); a repeat with another digest or tool
-	// name is a 409.
+	// SHA-256 of their canonical JSON); a repeat with another digest, tool
+	// name or instance key is a 409.
 	ArgumentsDigest string `json:"argumentsDigest"`
 	// Arguments is the validated arguments object, exactly as run. Once
 	// the call is done it is empty when the arguments were longer than
@@ -78,11 +78,14 @@ const ListedArgumentsBytes = 16 << 10
 // file written for as long as it keeps results.
 const KeptArgumentsBytes = 64 << 10
 
-// Matches reports whether a call of toolName with arguments of digest is a
-// repeat of r (and may share its result); otherwise reusing r's
-// toolCallId is a conflict.
-func (r *CallRecord) Matches(toolName, digest string) bool {
-	return r.ToolName == toolName && r.ArgumentsDigest == digest
+// Matches reports whether a call of toolName with arguments of digest, in
+// the workspace instance instanceKey, is a repeat of r (and may share its
+// result); otherwise reusing r's toolCallId is a conflict. The instance
+// counts because it decides which files a call reads and writes: the same
+// fs__write in another instance is another call, and answering it with the
+// first one's result would say a file was written that was not.
+func (r *CallRecord) Matches(toolName, digest, instanceKey string) bool {
+	return r.ToolName == toolName && r.ArgumentsDigest == digest && r.Context.InstanceKey == instanceKey
 }
 
 // ApprovalStatus is where an approval request stands.

@@ -431,7 +431,7 @@ func raceBegin(t *testing.T, n int, storeFor func(i int) registry.Store, rec *re
 				t.Errorf("BeginCall %d: %v", i, err)
 				return
 			}
-			if !got.Matches(rec.ToolName, rec.ArgumentsDigest) || got.State != registry.CallRunning {
+			if !got.Matches(rec.ToolName, rec.ArgumentsDigest, rec.Context.InstanceKey) || got.State != registry.CallRunning {
 				t.Errorf("BeginCall %d returned %+v, want the running record of the same call", i, got)
 			}
 			mu.Lock()
@@ -504,10 +504,10 @@ func testBeginCall(t *testing.T, s registry.Store) {
 	// The same key again returns the stored record, whatever it asks for.
 	other := running("alice", "call-1", `{"path":"other.txt"}`)
 	again := mustBegin(t, s, other, false)
-	if again.Matches(other.ToolName, other.ArgumentsDigest) {
+	if again.Matches(other.ToolName, other.ArgumentsDigest, other.Context.InstanceKey) {
 		t.Error("a repeat with other arguments matches the stored record; want a mismatch (409)")
 	}
-	if !again.Matches(rec.ToolName, rec.ArgumentsDigest) {
+	if !again.Matches(rec.ToolName, rec.ArgumentsDigest, rec.Context.InstanceKey) {
 		t.Error("the stored record does not match its own call")
 	}
 	// Keys are per caller.
@@ -1597,7 +1597,7 @@ func RunConcurrentWrites(t *testing.T, s registry.Store) {
 		wg.Go(func() {
 			<-start
 			got, c, err := s.BeginCall(ctx, dup)
-			if err != nil || got.State != registry.CallRunning || !got.Matches(dup.ToolName, dup.ArgumentsDigest) {
+			if err != nil || got.State != registry.CallRunning || !got.Matches(dup.ToolName, dup.ArgumentsDigest, dup.Context.InstanceKey) {
 				t.Errorf("BeginCall of dup %d = %+v, %v; want its running record", i, got, err)
 				return
 			}
