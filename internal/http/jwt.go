@@ -261,6 +261,9 @@ func (t *TokenIdentity) Token(ctx context.Context, token string) (*registry.Call
 		return nil, refuse(fmt.Sprintf("the token's sub must be at most %d characters, without control characters", maxCallText), fmt.Errorf("sub %.40q", sub))
 	}
 	c, err := is.Map(claims)
+	if errors.Is(err, registry.ErrUnidentified) {
+		return nil, refuse(err.Error(), nil)
+	}
 	if err != nil {
 		return nil, &AuthError{Status: http.StatusForbidden, Code: "insufficient_scope", Description: err.Error(), Issuers: []string{is.Issuer}}
 	}

@@ -47,6 +47,16 @@ func TestJWTUnusableSub(t *testing.T) {
 	if r := e.do("GET", "/tools", nil, bearerHeader(sign(t, k1, "k1", p.claims(strings.Repeat("é", 256), nil))), true); r.status != 200 {
 		t.Errorf("a sub of 256 characters: %d %s", r.status, r.header.Get("WWW-Authenticate"))
 	}
+	// A token without sub, or with an empty one, names no
+	// caller: also the token's fault.
+	noSub := p.claims("", nil)
+	delete(noSub, "sub")
+	for name, c := range map[string]map[string]any{"no sub": noSub, "empty sub": p.claims("", nil)} {
+		r := e.do("GET", "/tools", nil, bearerHeader(sign(t, k1, "k1", c)), true)
+		if wa := r.header.Get("WWW-Authenticate"); r.status != 401 || !strings.Contains(wa, `error="invalid_token"`) || !strings.Contains(wa, "no sub claim") {
+			t.Errorf("%s: %d %s; want 401 invalid_token naming sub", name, r.status, wa)
+		}
+	}
 }
 
 // TestTwoAuthorizationHeaders: which of two Authorization headers counts

@@ -312,19 +312,19 @@ func (is *Issuer) Caller(claims map[string]any) (*registry.Caller, error) {
 	}
 	id, _ := claims[idClaim].(string)
 	if id == "" {
-		return nil, fmt.Errorf("the token has no %s claim", idClaim)
+		return nil, unidentified("the token has no %s claim (a string naming its caller)", idClaim)
 	}
 	// The caller id keys stored calls and approvals: a NUL cannot be
 	// stored in PostgreSQL, and a long id overflows its index, which
 	// would fail every call with a store error that retrying never
 	// cures.
 	if utf8.RuneCountInString(id) > MaxCallerClaim || strings.ContainsFunc(id, unicode.IsControl) {
-		return nil, fmt.Errorf("the token's %s claim cannot name a caller: it must be at most %d characters, without control characters", idClaim, MaxCallerClaim)
+		return nil, unidentified("the token's %s claim cannot name a caller: it must be at most %d characters, without control characters", idClaim, MaxCallerClaim)
 	}
 	sub, _ := claims["sub"].(string)
 	if idClaim != "sub" && (utf8.RuneCountInString(sub) > MaxCallerClaim || strings.ContainsFunc(sub, unicode.IsControl)) {
 		// Recorded in the audit trail with every call of the token.
-		return nil, fmt.Errorf("the token's sub claim must be at most %d characters, without control characters", MaxCallerClaim)
+		return nil, unidentified("the token's sub claim must be at most %d characters, without control characters", MaxCallerClaim)
 	}
 	tokenScopes := is.scopes(claims)
 	c := &registry.Caller{ID: is.prefix + id, Issuer: is.Issuer, Subject: sub, Claims: claims}
@@ -345,6 +345,17 @@ func (is *Issuer) Caller(claims map[string]any) (*registry.Caller, error) {
 		return c, nil
 	}
 	return nil, fmt.Errorf("no caller rule of issuer %q matches the token", is.Name)
+}
+
+// unidentifiedError is a refusal of a token that names no caller; it is
+// registry.ErrUnidentified to errors.Is, and reads as its message alone.
+type unidentifiedError struct{ msg string }
+
+func (e *unidentifiedError) Error() string        { return e.msg }
+func (e *unidentifiedError) Is(target error) bool { return target == registry.ErrUnidentified }
+
+func unidentified(format string, args ...any) error {
+	return &unidentifiedError{fmt.Sprintf(format, args...)}
 }
 
 // scopes reads the token's toolsvc scopes.

@@ -48,6 +48,13 @@ func unavailable(err error) error {
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
+// ErrUnidentified marks a refusal of credentials that name no caller: a
+// verified token without the claim its issuer takes the caller's id from,
+// or with one no caller id can be made of. It is the credentials' fault
+// (401 invalid_token), not a want of scope (403), and the Policy says so
+// because which claim names the caller is its business.
+var ErrUnidentified = errors.New("the credentials name no caller")
+
 // ErrShutdown is the cause the main program cancels calls with when it
 // stops. A recorded call it cancels ends as E_INTERRUPTED, not E_CANCELED:
 // it may have had side effects, and a retry with its toolCallId gets that
