@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/tools/fs"
 	"github.com/toolsvc/toolsvc/internal/tools/workspace"
@@ -48,9 +51,11 @@ func (c *countingBody) Close() error { return nil }
 // end.
 func TestRequestBodiesHaveABudget(t *testing.T) {
 	started, release := make(chan struct{}, 4), make(chan struct{})
+	metrics := prometheus.NewRegistry()
 	e := newEnv(t, func(d *Deps, o *registry.Options) {
 		d.Limits.MaxRequestBytes = 1 << 20
 		d.Limits.MaxRequestBytesInFlight = 2 << 20
+		d.Registerer = metrics
 		reg, err := registry.New(registry.Defaults{Timeout: 10 * time.Second}, &registry.Tool{
 			Definition: registry.Definition{Name: "test__hold", Description: "holds", Tier: registry.ReadOnly, Parameters: json.RawMessage(`{"type":"object"}`)},
 			Handler: registry.Func(func(ctx context.Context, r *registry.Request) (any, error) {
@@ -91,6 +96,24 @@ func TestRequestBodiesHaveABudget(t *testing.T) {
 	if got := e.srv.bodies.used.Load(); got != 2*mb {
 		t.Errorf("bytes held by the two calls: %d, want %d", got, 2*mb)
 	}
+	// The metrics show the same.
+	gauge := func(name string) float64 {
+		t.Helper()
+		mfs, err := metrics.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("no metric %s", name)
+		return 0
+	}
+	if held, limit := gauge("toolsvc_request_body_bytes_in_flight"), gauge("toolsvc_request_body_bytes_in_flight_limit"); held != 2*mb || limit != 2<<20 {
+		t.Errorf("toolsvc_request_body_bytes_in_flight %v of %v, want %d of %d", held, limit, 2*mb, 2<<20)
+	}
 	serve := func(body io.Reader, size int64) (*httptest.ResponseRecorder, *countingBody) {
 		cb := &countingBody{r: body}
 		req := httptest.NewRequest("POST", "/calls", nil)
@@ -119,6 +142,9 @@ func TestRequestBodiesHaveABudget(t *testing.T) {
 	overloaded("a third call of 1 MB, chunked", w)
 	if n := cb.read.Load(); n >= mb {
 		t.Errorf("the refused chunked body was read whole: %d bytes", n)
+	}
+	if n := testutil.ToFloat64(e.srv.bodies.refused); n != 2 {
+		t.Errorf("toolsvc_request_body_budget_refused_total = %v, want 2", n)
 	}
 	// A small call that fits is taken.
 	small := `{"toolName":"nope__none"}`

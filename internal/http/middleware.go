@@ -19,6 +19,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
@@ -217,6 +219,7 @@ func (s *Server) admitCall(next http.Handler) http.Handler {
 			body, held := s.readAhead(w, r)
 			defer s.bodies.release(held)
 			if body.err == errOverBudget {
+				s.bodies.refuse()
 				s.writeProblem(w, r, s.overBudget())
 				return
 			}
@@ -283,6 +286,35 @@ var errOverBudget = errors.New("the budget of request bytes in flight is spent")
 type bodyBudget struct {
 	max  int64
 	used atomic.Int64
+	// refused counts the requests refused for want of budget; nil
+	// without a Registerer.
+	refused prometheus.Counter
+}
+
+// register exposes the budget as metrics: the bytes held now, the most
+// that may be, and the requests refused, so an operator sees a budget
+// that is too small (refusals while memory is plentiful) or too large.
+func (b *bodyBudget) register(reg prometheus.Registerer) {
+	f := promauto.With(reg)
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "toolsvc_request_body_bytes_in_flight",
+		Help: "Bytes of request bodies held now against the budget TOOLSVC_MAX_REQUEST_BYTES_IN_FLIGHT.",
+	}, func() float64 { return float64(b.used.Load()) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "toolsvc_request_body_bytes_in_flight_limit",
+		Help: "The budget of request body bytes held at once (TOOLSVC_MAX_REQUEST_BYTES_IN_FLIGHT, or its default).",
+	}, func() float64 { return float64(b.max) })
+	b.refused = f.NewCounter(prometheus.CounterOpts{
+		Name: "toolsvc_request_body_budget_refused_total",
+		Help: "Requests refused with 429, their body unread, because it did not fit in TOOLSVC_MAX_REQUEST_BYTES_IN_FLIGHT.",
+	})
+}
+
+// refuse counts a request refused for want of budget.
+func (b *bodyBudget) refuse() {
+	if b.refused != nil {
+		b.refused.Inc()
+	}
 }
 
 // take takes n bytes of the budget, when they fit.

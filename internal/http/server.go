@@ -173,6 +173,9 @@ func NewServer(deps Deps) *Server {
 	s := &Server{deps: deps, formats: wireFormats(), uploads: map[*http.ResponseController]struct{}{},
 		bodies: &bodyBudget{max: deps.Limits.MaxRequestBytesInFlight}}
 	s.drained, s.endDrained = context.WithCancel(context.Background())
+	if deps.Registerer != nil {
+		s.bodies.register(deps.Registerer)
+	}
 	if deps.Registerer != nil && deps.RateLimiter != nil {
 		s.rate = newRateMetrics(deps.Registerer)
 	}
