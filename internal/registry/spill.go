@@ -47,7 +47,15 @@ type SpillInfo struct {
 	// the kept outputs of all calls together reached
 	// SpillOptions.TotalBytes, not because of the spill limit.
 	TotalReached bool `json:"-"`
+	// NoRoom says that StoredBytes stops short of TotalBytes because the
+	// store's volume had no more room for kept outputs (ErrSpillNoRoom).
+	NoRoom bool `json:"-"`
 }
+
+// ErrSpillNoRoom is a SpillWriter's error for a chunk that would take the
+// room the store keeps for call records on its volume. The chunks written
+// before it stay a readable beginning of the output.
+var ErrSpillNoRoom = errors.New("the store's volume has no room for more kept output")
 
 // ErrSpillOfRecordedCall is CreateSpill's error for the spill of an
 // unrecorded call whose toolCallId names a recorded call.
@@ -316,9 +324,11 @@ type SpillSink struct {
 	done   bool
 	// taken is what the stream has of the spiller's total (its share of
 	// Spiller.granted), stored and buffered bytes and none more; full
-	// says the total refused it more, which ends what it keeps.
-	taken int64
-	full  bool
+	// says the total (or, with noRoom, the store's volume) refused it
+	// more, which ends what it keeps.
+	taken  int64
+	full   bool
+	noRoom bool
 }
 
 // Write keeps p (up to the limit) and never fails: a spill that cannot be
@@ -374,6 +384,17 @@ func (k *SpillSink) flush() {
 		return
 	}
 	if err := k.w.WriteChunk(k.ctx, k.seq, k.buf); err != nil {
+		if errors.Is(err, ErrSpillNoRoom) {
+			// What is written stays a readable beginning, as when the
+			// total is reached; only this chunk and the rest are lost.
+			k.s.log.Warn("spill: the store's volume is nearly full; the rest of this cut output is not kept", "toolCallId", k.callID, "stream", k.stream, "keptBytes", k.stored, "err", err)
+			if k.s.failed != nil {
+				k.s.failed.Inc()
+			}
+			k.full, k.noRoom = true, true
+			k.buf = k.buf[:0]
+			return
+		}
 		k.fail(err)
 		return
 	}
@@ -449,9 +470,13 @@ func (k *SpillSink) Close() (*SpillInfo, error) {
 		k.flush()
 	}
 	if k.err == nil && k.stored == 0 && k.full {
-		// The total refused the stream its first byte: nothing to read on
-		// from (refused has counted and logged it).
+		// The total or the volume refused the stream its first byte:
+		// nothing to read on from (refused or flush has counted and
+		// logged it).
 		k.err = errSpillFull
+		if k.noRoom {
+			k.err = ErrSpillNoRoom
+		}
 		k.w.Abort(context.WithoutCancel(k.ctx))
 	}
 	if k.err == nil {
@@ -470,7 +495,7 @@ func (k *SpillSink) Close() (*SpillInfo, error) {
 		k.s.clipped.Inc()
 	}
 	return &SpillInfo{ToolCallID: k.callID, Stream: k.stream, TotalBytes: k.total, StoredBytes: k.stored, Unreadable: k.unreadable,
-		TotalReached: k.full && k.stored < k.total}, nil
+		TotalReached: k.full && !k.noRoom && k.stored < k.total, NoRoom: k.noRoom && k.stored < k.total}, nil
 }
 
 // SpillStream starts the spill of one named stream of this call's output
@@ -580,8 +605,11 @@ func CutMarker(omitted, total int64, toolCallID, stream string, readOffset int64
 	}
 	if spill.StoredBytes < spill.TotalBytes {
 		why := "the spill limit"
-		if spill.TotalReached {
+		switch {
+		case spill.TotalReached:
 			why = "the kept outputs of all calls reached their total limit"
+		case spill.NoRoom:
+			why = "the service's disk has no room for more"
 		}
 		m += fmt.Sprintf("; only the first %d bytes are kept (%s)", spill.StoredBytes, why)
 	}

@@ -60,8 +60,8 @@ func (s *Store) spillRoom(ctx context.Context, n int64) error {
 	}
 	room := free + pages*pageSize - max(wal, walGrowth)
 	if reserve := spillReserve(size); room-n < reserve {
-		return fmt.Errorf("the store's volume has %d bytes free (%d counting the database's free pages, less what its WAL may take), and kept outputs leave %d of it to call records",
-			free, room, reserve)
+		return fmt.Errorf("%w: it has %d bytes free (%d counting the database's free pages, less what its WAL may take), and kept outputs leave %d of it to call records",
+			registry.ErrSpillNoRoom, free, room, reserve)
 	}
 	return nil
 }
