@@ -99,6 +99,44 @@ type Request struct {
 	// (dropSpills) if it did not close them itself.
 	sinksMu sync.Mutex
 	sinks   []*SpillSink
+	// after is what the handler left to run once the executor is done
+	// with its output (AfterOutput); settles says an executor runs the
+	// request and will (settle), settled that it has.
+	afterMu sync.Mutex
+	after   []func()
+	settles bool
+	settled bool
+}
+
+// AfterOutput runs f once the executor is done with the handler's output:
+// encoded, cut, and its whole text kept in the spill store, or given up
+// when the call ended otherwise. A tool whose output is large holds what
+// made it until then (the worker pool, its worker slot), so that the
+// outputs waiting to be encoded are bounded as the outputs being made are,
+// not by the calls in flight. On a request no executor runs (built by
+// hand), or one its executor is done with (an abandoned handler that
+// returned late), f runs at once.
+func (r *Request) AfterOutput(f func()) {
+	r.afterMu.Lock()
+	if !r.settles || r.settled {
+		r.afterMu.Unlock()
+		f()
+		return
+	}
+	r.after = append(r.after, f)
+	r.afterMu.Unlock()
+}
+
+// settle runs what the handler left to AfterOutput; the executor calls it
+// once, when it is done with the output.
+func (r *Request) settle() {
+	r.afterMu.Lock()
+	after := r.after
+	r.after, r.settled = nil, true
+	r.afterMu.Unlock()
+	for _, f := range after {
+		f()
+	}
 }
 
 // Bind decodes the arguments into v. A number the schema accepted as an

@@ -337,6 +337,9 @@ func (e *Executor) process(ctx context.Context, f *flight) (*Result, error) {
 			return err
 		}
 		out, err := e.runTool(ctx, f, release)
+		if f.req != nil {
+			defer f.req.settle()
+		}
 		if err != nil {
 			return err
 		}
@@ -601,6 +604,7 @@ func (e *Executor) runTool(ctx context.Context, f *flight, release func()) (any,
 	f.req = &Request{
 		Name: f.tool.Name, CallID: f.res.ToolCallID, Arguments: f.args, Context: f.call.Context,
 		MaxOutputBytes: f.tool.MaxOutputBytes, Caller: f.caller, Catalog: f.call.Catalog, spiller: e.spill, reg: f.st.reg, recorded: f.recorded,
+		settles: true,
 	}
 	if f.tool.Nests && f.resumed == nil {
 		// The call holds a slot of the service-wide limit (an approved

@@ -33,6 +33,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/sandbox"
 )
@@ -107,10 +109,15 @@ func DefaultSize() int { return 2 * runtime.GOMAXPROCS(0) }
 type Pool struct {
 	o Options
 	// slots are the Size workers calls may hold, taken by callers in turn.
-	slots  *turns
-	mu     sync.Mutex
-	idle   []*proc
-	closed bool
+	slots *turns
+	// outputs bounds the bytes of the outputs the executor is still
+	// encoding and spilling (Size times ResponseLimit: as much again as
+	// the workers may hold), so workers go on making outputs while
+	// others are encoded, and those waiting are bounded.
+	outputs *semaphore.Weighted
+	mu      sync.Mutex
+	idle    []*proc
+	closed  bool
 	// started counts the processes started, for tests.
 	started atomic.Int64
 }
@@ -124,7 +131,7 @@ func New(o Options) (*Pool, error) {
 	if o.MemoryLimit < MinMemoryLimit {
 		return nil, fmt.Errorf("%s is %d bytes; a worker needs at least %d", LimitSetting, o.MemoryLimit, MinMemoryLimit)
 	}
-	return &Pool{o: o, slots: newTurns(o.Size)}, nil
+	return &Pool{o: o, slots: newTurns(o.Size), outputs: semaphore.NewWeighted(int64(o.Size) * int64(o.ResponseLimit))}, nil
 }
 
 // MemoryLimit returns the ceiling of each worker.
@@ -206,9 +213,28 @@ func (p *Pool) Call(ctx context.Context, tool string, req *registry.Request) (an
 	if err := p.slots.acquire(ctx, caller); err != nil {
 		return nil, err
 	}
-	defer p.slots.release(caller)
-	// An idle worker may have died since its last call; a failed write
-	// to it is retried once on a fresh one.
+	out, err := p.run(ctx, msg)
+	if n := int64(outputBytes(out)); n > int64(req.MaxOutputBytes) {
+		// An output the executor will cut, and spill whole, is counted
+		// against the pool's output budget until that is done, and the
+		// slot is kept until it fits: with nothing but the slot, workers
+		// made outputs of up to ResponseLimit faster than they were
+		// encoded and spilled, and every call in flight held one in the
+		// service's memory (120 calls of a 15 MB string: 1.7 GB).
+		if err := p.outputs.Acquire(ctx, n); err != nil {
+			p.slots.release(caller)
+			return nil, err
+		}
+		req.AfterOutput(func() { p.outputs.Release(n) })
+	}
+	p.slots.release(caller)
+	return out, err
+}
+
+// run sends msg to a worker and returns its answer. An idle worker may
+// have died since its last call; a failed write to it is retried once on
+// a fresh one.
+func (p *Pool) run(ctx context.Context, msg []byte) (any, error) {
 	for attempt := 0; ; attempt++ {
 		w, fresh, err := p.get()
 		if err != nil {
@@ -221,6 +247,17 @@ func (p *Pool) Call(ctx context.Context, tool string, req *registry.Request) (an
 		}
 		return out, err
 	}
+}
+
+// outputBytes is the size of a worker's output as the executor gets it.
+func outputBytes(out any) int {
+	switch o := out.(type) {
+	case string:
+		return len(o)
+	case json.RawMessage:
+		return len(o)
+	}
+	return 0
 }
 
 // exchange sends msg to w and waits for its answer or ctx's end. sent
