@@ -176,7 +176,7 @@ func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
 		if err != nil {
 			return nil, readError(err)
 		}
-		return readRange(info, a, data), nil
+		return readRange(info, a, data, answerRoom(req, a)), nil
 	}
 	re, err := regexp.Compile(a.Pattern)
 	if err != nil {
@@ -190,14 +190,62 @@ func (t *tool) run(ctx context.Context, req *registry.Request) (any, error) {
 	return t.filter(ctx, *r, req, a, rematch.New(ctx, re, insts, maxPiece))
 }
 
+// answerRoom is how many bytes of JSON the content, or the matches, of an
+// answer may take (-1: no bound): the output limit, less what the rest of
+// the answer takes. Text takes more bytes in JSON than it has (a control
+// character takes six), and an answer the executor had to cut would lose
+// its nextOffset, or show less than it says, so the tool itself stops
+// where its answer is full.
+func answerRoom(req *registry.Request, a args) int {
+	if req.MaxOutputBytes <= 0 {
+		return -1
+	}
+	_, id := fitJSON([]byte(a.ToolCallID), -1)
+	return max(req.MaxOutputBytes-id-envelope, minRoom)
+}
+
+// envelope bounds what an answer takes besides its toolCallId and its
+// content or matches: the names of its fields, the tool's name (at most
+// registry.MaxNameLength), five numbers and the notes.
+const envelope = 1024
+
+// minRoom is the least room an answer has, whatever the output limit:
+// enough for a character or a short match.
+const minRoom = 256
+
+// fitJSON returns how many bytes of b (whole characters) fit in room bytes
+// of a JSON string's body, and how many bytes those take there (room < 0:
+// all of b). It counts as encoding/json writes answers, or more: '"', '\\',
+// \n, \r and \t take two bytes; other control characters, U+2028, U+2029
+// and each byte that is not UTF-8 (written as \ufffd) take six.
+func fitJSON(b []byte, room int) (fit, size int) {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		e := n
+		switch {
+		case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+			e = 2
+		case r < 0x20 || r == '\u2028' || r == '\u2029' || (r == utf8.RuneError && n == 1):
+			e = 6
+		}
+		if room >= 0 && size+e > room {
+			return i, size
+		}
+		size += e
+		i += n
+	}
+	return len(b), size
+}
+
 // readRange answers a read of a.Limit bytes from a.Offset, given data,
 // the stored bytes from a.Offset (up to slack bytes more than a.Limit):
 // whole characters only, so that content is the stored text and a reader
 // following nextOffset always moves on. An offset inside a character
 // starts at the next one; a limit too small for the character at the
-// offset reads that one character. Bytes that are not UTF-8 text are
-// passed on as they are.
-func readRange(info *registry.SpillInfo, a args, data []byte) Output {
+// offset reads that one character. Content stops sooner where its JSON
+// form would take more than room bytes. Bytes that are not UTF-8 text
+// are passed on as they are.
+func readRange(info *registry.SpillInfo, a args, data []byte, room int) Output {
 	var notes []string
 	if skip := partialStart(data); skip > 0 {
 		notes = append(notes, fmt.Sprintf("offset %d is inside a character; read from %d, where the next one begins", a.Offset, a.Offset+int64(skip)))
@@ -215,6 +263,10 @@ func readRange(info *registry.SpillInfo, a args, data []byte) Output {
 			}
 		}
 		data = whole
+	}
+	if fit, size := fitJSON(data, room); fit < len(data) && fit > 0 {
+		data = data[:fit]
+		notes = append(notes, fmt.Sprintf("read %d bytes, fewer than limit: in JSON they take %d bytes (control characters take 6 each), as much as one answer holds; read on from nextOffset", fit, size))
 	}
 	s := string(data)
 	out := output(info, a, a.Offset+int64(len(data)))
@@ -263,7 +315,11 @@ const window = 256 << 10
 // is not returned whole: each match in it comes with the text around it
 // (snippet), where that begins, and where the match is.
 func (t *tool) filter(ctx context.Context, r Reader, req *registry.Request, a args, m *rematch.Matcher) (any, error) {
-	f := &filtering{ctx: ctx, r: r, req: req, a: a, m: m, matches: []Match{}, snip: min(a.Limit, maxSnippet)}
+	f := &filtering{ctx: ctx, r: r, req: req, a: a, m: m, matches: []Match{}, snip: min(a.Limit, maxSnippet), room: answerRoom(req, a)}
+	if f.room >= 0 {
+		// A snippet, even of control characters, fits an answer by itself.
+		f.snip = max(min(f.snip, (f.room-matchEnvelope)/6), utf8.UTFMax)
+	}
 	pos := a.Offset
 scan:
 	for scanned := 0; scanned < t.o.MaxScanBytes; {
@@ -323,7 +379,7 @@ scan:
 	res.Matches = f.matches
 	var notes []string
 	if f.cut {
-		notes = append(notes, fmt.Sprintf("a matching line longer than limit is shown as up to %d bytes around each match in it: offset is where the text shown begins, matchOffset where the match does", f.snip))
+		notes = append(notes, fmt.Sprintf("a matching line longer than limit (or than one answer holds in JSON) is shown as up to %d bytes around each match in it: offset is where the text shown begins, matchOffset where the match does", f.snip))
 	}
 	if !res.EOF {
 		notes = append(notes, "the search stopped before the end; call again with offset set to nextOffset to search on")
@@ -344,7 +400,10 @@ type filtering struct {
 	m       *rematch.Matcher
 	info    *registry.SpillInfo
 	matches []Match
-	used    int
+	// used is how many bytes of the output the matches show, against
+	// limit; spent how many bytes of JSON they take, against room (-1: no
+	// bound).
+	used, spent, room int
 	// snip is the most shown around a match in a long line; cut says
 	// some match was shown so.
 	snip int
@@ -358,16 +417,16 @@ type filtering struct {
 // holds the edges part of a line of the output. It returns the offset
 // of a match that did not fit, where the next call is to start, or -1.
 func (f *filtering) line(at int64, line []byte, part rematch.Part) (int64, error) {
-	if part == rematch.Whole && len(line) <= f.a.Limit {
+	// A line shown whole fits an answer by itself; one that does not (in
+	// JSON) is shown as the text around each match, as a long line is.
+	if part == rematch.Whole && len(line) <= f.a.Limit && (f.room < 0 || matchLen(at, line, nil) <= f.room) {
 		hit, err := f.m.Find(line, part)
 		if err != nil || hit < 0 {
 			return -1, err
 		}
-		if f.used > 0 && f.used+len(line) > f.a.Limit {
+		if !f.add(Match{Offset: at, Line: string(line)}) {
 			return at, nil
 		}
-		f.matches = append(f.matches, Match{Offset: at, Line: string(line)})
-		f.used += len(line)
 		return -1, nil
 	}
 	for i := int(max(f.shown-at, 0)); i < len(line); {
@@ -384,12 +443,10 @@ func (f *filtering) line(at int64, line []byte, part rematch.Part) (int64, error
 		if err != nil {
 			return -1, err
 		}
-		if f.used > 0 && f.used+len(snip) > f.a.Limit {
+		mo := hitAt
+		if !f.add(Match{Offset: snipAt, Line: string(snip), MatchOffset: &mo}) {
 			return hitAt, nil
 		}
-		mo := hitAt
-		f.matches = append(f.matches, Match{Offset: snipAt, Line: string(snip), MatchOffset: &mo})
-		f.used += len(snip)
 		f.cut = true
 		// Matches in the text shown are not shown again.
 		_, size := utf8.DecodeRune(line[i+hit:])
@@ -398,6 +455,35 @@ func (f *filtering) line(at int64, line []byte, part rematch.Part) (int64, error
 	}
 	return -1, nil
 }
+
+// add adds m to the answer, unless it is full: the first match always
+// goes in; another only while the lines shown stay within limit and their
+// JSON within room.
+func (f *filtering) add(m Match) bool {
+	cost := matchLen(m.Offset, []byte(m.Line), m.MatchOffset)
+	if len(f.matches) > 0 && (f.used+len(m.Line) > f.a.Limit || (f.room >= 0 && f.spent+cost > f.room)) {
+		return false
+	}
+	f.matches = append(f.matches, m)
+	f.used += len(m.Line)
+	f.spent += cost
+	return true
+}
+
+// matchLen bounds the length of a match in JSON, with the comma before it.
+func matchLen(offset int64, line []byte, matchOffset *int64) int {
+	_, n := fitJSON(line, -1)
+	n += len(`,{"offset":,"line":""}`) + len(strconv.FormatInt(offset, 10))
+	if matchOffset != nil {
+		n += len(`,"matchOffset":`) + len(strconv.FormatInt(*matchOffset, 10))
+	}
+	return n
+}
+
+// matchEnvelope bounds what a match takes in JSON besides its line's
+// text: `,{"offset":…,"line":"…","matchOffset":…}` with numbers of up to
+// 20 digits.
+const matchEnvelope = len(`,{"offset":,"line":"","matchOffset":}`) + 2*20
 
 // snippet returns up to f.snip bytes of whole characters of the line
 // around the match at offset hit (a quarter of them before it) and where
@@ -457,7 +543,13 @@ func output(info *registry.SpillInfo, a args, next int64) Output {
 	if info != nil {
 		out.ToolName, out.TotalBytes, out.StoredBytes = info.ToolName, info.TotalBytes, info.StoredBytes
 		out.EOF = next >= info.StoredBytes
-		if out.EOF && info.StoredBytes < info.TotalBytes {
+		switch {
+		case a.Offset > info.StoredBytes && info.StoredBytes < info.TotalBytes:
+			out.Note = fmt.Sprintf("offset %d is past the end of what was kept: the output was %d bytes, and only the first %d were kept; read from an offset below %d",
+				a.Offset, info.TotalBytes, info.StoredBytes, info.StoredBytes)
+		case a.Offset > info.StoredBytes:
+			out.Note = fmt.Sprintf("offset %d is past the end: the output is %d bytes; read from an offset below %d", a.Offset, info.StoredBytes, info.StoredBytes)
+		case out.EOF && info.StoredBytes < info.TotalBytes:
 			out.Note = "the output was " + strconv.FormatInt(info.TotalBytes, 10) + " bytes; only the first " +
 				strconv.FormatInt(info.StoredBytes, 10) + " were kept (the limit of one kept output, or the total all kept outputs may take, was reached)"
 		}

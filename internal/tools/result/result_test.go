@@ -29,7 +29,8 @@ var big = func() string {
 // wide is the output of t__wide: characters of every UTF-8 length.
 var wide = strings.Repeat("é€😀a", 1000)
 
-func setup(t *testing.T, retention time.Duration) *registry.Executor {
+// setup returns an executor with result__read, t__big, t__wide and extra.
+func setup(t *testing.T, retention time.Duration, extra ...*registry.Tool) *registry.Executor {
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "toolsvc.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +44,7 @@ func setup(t *testing.T, retention time.Duration) *registry.Executor {
 		Definition: registry.Definition{Name: "t__wide", Description: "characters of 1 to 4 bytes", Tier: registry.ReadOnly, Parameters: json.RawMessage(`{"type":"object"}`)},
 		Handler:    registry.Func(func(ctx context.Context, r *registry.Request) (any, error) { return wide, nil }),
 	})
+	tools = append(tools, extra...)
 	reg, err := registry.New(registry.Defaults{Timeout: 5 * time.Second, MaxOutputBytes: 4096, ErrorMessageLimit: 1000}, tools...)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"hash"
 	"regexp"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -33,7 +34,7 @@ func Tools() []*registry.Tool {
 			Name: "text__transform",
 			Description: "Transform or measure text exactly, without guessing. Pick one operation: " +
 				"upper, lower, title, trim, replace (every occurrence of `find` with `replacement`), " +
-				"regex_replace (RE2 `pattern`, `$1` refers to groups), regex_find (all matches of `pattern` with their groups), " +
+				"regex_replace (RE2 `pattern`; `$1` or `${name}` inserts a group, `${1}` when a letter, digit or _ follows, `$$` a $), regex_find (all matches of `pattern` with their groups), " +
 				"split (by `separator`), join (`parts` with `separator`), base64_encode, base64_decode, " +
 				"hash (`algorithm` md5, sha1, sha256 or sha512; hex digest), count (characters, bytes, words, lines). " +
 				"Returns {\"result\": ...}.",
@@ -62,7 +63,7 @@ const schema = `{
     "text": {"type": "string", "maxLength": 1048576, "description": "The input text (every operation except join)."},
     "find": {"type": "string", "minLength": 1, "maxLength": 10000, "description": "replace: the exact text to find."},
     "pattern": {"type": "string", "minLength": 1, "maxLength": 1000, "description": "regex_replace, regex_find: an RE2 regular expression (no backreferences or lookaround)."},
-    "replacement": {"type": "string", "maxLength": 100000, "description": "replace, regex_replace: the text to put in; in regex_replace $1 or ${name} insert groups."},
+    "replacement": {"type": "string", "maxLength": 100000, "description": "replace, regex_replace: the text to put in; in regex_replace $1 or ${name} insert groups (${1} when a letter, digit or _ follows; $$ for a $)."},
     "separator": {"type": "string", "maxLength": 1000, "description": "split, join: the separator (split default: newline; join default: empty)."},
     "parts": {"type": "array", "maxItems": 100000, "items": {"type": "string"}, "description": "join: the strings to join."},
     "algorithm": {"type": "string", "enum": ["md5", "sha1", "sha256", "sha512"], "description": "hash: the digest to compute (default sha256)."},
@@ -148,6 +149,9 @@ func run(_ context.Context, req *registry.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := checkReplacement(re, a.Replacement); err != nil {
+			return nil, err
+		}
 		return result{Result: re.ReplaceAllString(text, a.Replacement)}, nil
 	case "regex_find":
 		re, err := compile(a.Pattern, a.Operation)
@@ -204,6 +208,156 @@ func compile(pattern, op string) (*regexp.Regexp, error) {
 			Suggestion: "RE2 has no backreferences or lookaround; escape literal characters like ( and . with a backslash."}
 	}
 	return re, nil
+}
+
+// checkReplacement refuses a regex_replace replacement that would
+// silently lose text: Go expands a reference to a group the pattern does
+// not have to nothing, and reads the longest run of letters, digits and _
+// after $ as the group's name ($1_at_ is the group "1_at_", not $1 then
+// "_at_"); and it keeps sed's \1 as text. The references are found as
+// regexp.Regexp.Expand finds them.
+func checkReplacement(re *regexp.Regexp, repl string) error {
+	var bad, fixes []string
+	refs := false
+	for i := 0; ; {
+		j := strings.IndexByte(repl[i:], '$')
+		if j < 0 {
+			break
+		}
+		i += j + 1
+		if strings.HasPrefix(repl[i:], "$") {
+			i++ // $$ is a literal $
+			continue
+		}
+		name, n, braced := refName(repl[i:])
+		if n == 0 {
+			continue // not a reference: Go keeps the $ as text
+		}
+		ref := repl[i-1 : i+n]
+		i += n
+		if hasGroup(re, name) {
+			refs = true
+			continue
+		}
+		if _, ok := groupNumber(name); ok {
+			bad = append(bad, ref)
+		} else {
+			bad = append(bad, fmt.Sprintf("%s (a group named %q)", ref, name))
+		}
+		if braced {
+			continue
+		}
+		// The longest start of the name that is a group is most likely
+		// the group meant: $1_at_ meant ${1}_at_ (but $12 need not have
+		// meant ${1}2).
+		for k := len(name) - 1; k > 0; k-- {
+			if isDigit(name[k-1]) && isDigit(name[k]) {
+				continue
+			}
+			if hasGroup(re, name[:k]) {
+				fixes = append(fixes, fmt.Sprintf("%s instead of %s", "${"+name[:k]+"}"+name[k:], ref))
+				break
+			}
+		}
+	}
+	if len(bad) > 0 {
+		sug := "Write ${1} or ${name} where a letter, digit or _ follows a group's number or name, and $$ for a literal $"
+		if len(fixes) > 0 {
+			sug += ": " + strings.Join(firstN(fixes, 5), ", ")
+		}
+		return &registry.Error{Code: registry.CodeInvalidArguments,
+			Message: fmt.Sprintf("replacement refers to %s, which the pattern does not have, so nothing would be put in its place; %s",
+				strings.Join(firstN(bad, 5), ", "), groupList(re)),
+			Suggestion: sug + "."}
+	}
+	// sed's \1 is kept as text by Go; where the replacement inserts no
+	// group at all, \1 for a group the pattern has is a mistake.
+	if refs {
+		return nil
+	}
+	var seds, dollars []string
+	for i := 1; i <= 9 && i <= re.NumSubexp(); i++ {
+		if strings.Contains(repl, `\`+strconv.Itoa(i)) {
+			seds = append(seds, `\`+strconv.Itoa(i))
+			dollars = append(dollars, "${"+strconv.Itoa(i)+"}")
+		}
+	}
+	if len(seds) == 0 {
+		return nil
+	}
+	return &registry.Error{Code: registry.CodeInvalidArguments,
+		Message: fmt.Sprintf("replacement has %s, which Go's regular expressions keep as text: they refer to groups as $1 or ${1}, so no group would be put in", strings.Join(seds, ", ")),
+		Suggestion: fmt.Sprintf("Write %s instead of %s ($1 also works where no letter, digit or _ follows). To keep %s as text, make the group non-capturing: (?:…).",
+			strings.Join(dollars, ", "), strings.Join(seds, ", "), seds[0])}
+}
+
+// refName reads a group reference after a $ the way regexp.Regexp.Expand
+// does: a name of letters, digits and _, or one in braces. It returns the
+// name, how many bytes the reference takes (0: it is not one) and whether
+// it was in braces.
+func refName(s string) (name string, n int, braced bool) {
+	if strings.HasPrefix(s, "{") {
+		braced, s = true, s[1:]
+	}
+	end := strings.IndexFunc(s, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' })
+	if end < 0 {
+		end = len(s)
+	}
+	if end == 0 {
+		return "", 0, false
+	}
+	if !braced {
+		return s[:end], end, false
+	}
+	if !strings.HasPrefix(s[end:], "}") {
+		return "", 0, false
+	}
+	return s[:end], end + 2, true
+}
+
+// hasGroup says whether name refers to a group of re as Expand reads it:
+// a number (no leading zero, at most nine digits) is a group's index,
+// anything else a group's name.
+func hasGroup(re *regexp.Regexp, name string) bool {
+	if n, ok := groupNumber(name); ok {
+		return n <= re.NumSubexp()
+	}
+	return re.SubexpIndex(name) > 0
+}
+
+// groupNumber returns the group index name stands for, if it is a number
+// as Expand reads one: ASCII digits, no leading zero, at most nine.
+func groupNumber(name string) (int, bool) {
+	if name == "" || len(name) > 9 || (name[0] == '0' && name != "0") || strings.Trim(name, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(name)
+	return n, err == nil
+}
+
+// groupList says which references the pattern of re allows.
+func groupList(re *regexp.Regexp) string {
+	if re.NumSubexp() == 0 {
+		return "the pattern has no groups, only $0 (the whole match)"
+	}
+	var gs []string
+	for i, name := range re.SubexpNames()[1:] {
+		g := "$" + strconv.Itoa(i+1)
+		if name != "" {
+			g += " (${" + name + "})"
+		}
+		gs = append(gs, g)
+	}
+	return fmt.Sprintf("the pattern has $0 (the whole match) and %s", strings.Join(firstN(gs, 20), ", "))
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+func firstN(s []string, n int) []string {
+	if len(s) > n {
+		return append(s[:n:n], "…")
+	}
+	return s
 }
 
 type match struct {
