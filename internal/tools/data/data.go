@@ -73,7 +73,7 @@ func (p *parser) tool() *registry.Tool {
 	desc := fmt.Sprintf(`Parse CSV, TSV, JSON Lines or YAML text into JSON rows.
 - csv and tsv: with header (default true) the first row names the columns and every other row becomes an object keyed by them, in column order (empty names become "column_N", repeated ones get "_2", "_3"); without header every row is an array of strings. Values are always strings. Quoted fields ("a, b", "say ""hi""") follow RFC 4180; delimiter picks another single-character separator for csv (e.g. ";").
 - jsonl: one JSON value per line; blank lines are skipped.
-- yaml: each document (documents are separated by "---") is one row, so a single document is rows[0]; JSON text is valid YAML.
+- yaml: each document (documents are separated by "---") is one row, so a single document is rows[0]; JSON text is valid YAML. Integers keep every digit; one beyond a 64-bit float's range (about 1.8e308) comes back as a string of its digits.
 Input is at most %d bytes. At most maxRows rows (default %d, at most %d) are returned, fewer when the output limit is reached; then truncated is true and nextOffset is the offset to pass to get the following rows. Malformed input fails with the line (and column) at fault.`,
 		p.o.MaxInputBytes, p.defaultRows(), p.o.MaxRows)
 	schema := fmt.Sprintf(`{
@@ -465,8 +465,17 @@ func parseYAML(text string, c *collector) error {
 		}
 		var v any
 		if err == nil {
-			keepAsWritten(&n, false)
+			exact := keepAsWritten(&n, false)
 			err = n.Decode(&v)
+			if err == nil && exact {
+				// Again, into values that keep large integers as numbers.
+				// The first decode, of the whole document at once, ran
+				// the decoder's checks (excessive aliasing among them),
+				// which yamlValue's decodes, one for each node, cannot.
+				var y *yamlValue
+				err = n.Decode(&y)
+				v = y.get()
+			}
 		}
 		if err != nil {
 			msg := strings.TrimPrefix(err.Error(), "yaml: ")
@@ -489,40 +498,145 @@ func parseYAML(text string, c *collector) error {
 	}
 }
 
-// exactNumber marks a string that jsonValue writes as a JSON number: YAML
-// text cannot hold a NUL, so no scalar as written starts with it.
-const exactNumber = "\x00number:"
+// exactTag is the tag keepAsWritten gives a large integer it keeps as a
+// number. Decoded into any, such a scalar is the string of its digits,
+// which is what a mapping key (an alias of it) needs; decoded into a
+// yamlValue, it is a json.Number. Only keepAsWritten's marks carry it:
+// keepAsWritten retags a scalar the text itself tags so.
+const exactTag = "!toolsvc/exact-integer"
 
 // keepAsWritten retags the scalars of n whose decoded value would lose
 // what the text says: !!binary (decoded to bytes that are seldom text)
 // and integers past 64 bits (decoded to a float that drops digits:
 // 123456789012345678901234567890 came back as 1.2345678901234568e+29).
-// Binary stays the base64 text written; a large integer stays a JSON
-// number with every digit, or, as a mapping key (isKey), its digits.
-// (Dates and times become RFC 3339 strings, by design.)
-func keepAsWritten(n *yaml.Node, isKey bool) {
+// Binary stays the base64 text written. A large integer stays a JSON
+// number with every digit (exactTag), or, as a mapping key (isKey) or
+// when beyond what a 64-bit float holds, the string of its digits: a
+// JSON reader fails on such a number (Go's encoding/json) or reads it as
+// Infinity (JavaScript), and the service refuses it in arguments.
+// (Dates and times become RFC 3339 strings, by design.) It reports
+// whether it marked a large integer as a number.
+func keepAsWritten(n *yaml.Node, isKey bool) (exact bool) {
 	switch n.Kind {
 	case yaml.ScalarNode:
+		if n.Tag == exactTag {
+			// Written in the text, so a string as any unknown tag makes it.
+			n.Tag = "!!str"
+		}
 		switch n.ShortTag() {
 		case "!!binary":
 			n.Tag = "!!str"
 		case "!!int", "!!float":
-			if bigInteger(n.Value) {
-				n.Tag = "!!str"
-				if !isKey {
-					n.Value = exactNumber + strings.TrimPrefix(n.Value, "+")
-				}
+			if !bigInteger(n.Value) {
+				break
+			}
+			n.Tag = "!!str"
+			if number := jsonInteger(n.Value); !isKey && withinFloat(number) {
+				n.Tag, n.Value = exactTag, number
+				return true
 			}
 		}
 	case yaml.MappingNode:
 		for i, c := range n.Content {
-			keepAsWritten(c, i%2 == 0)
+			exact = keepAsWritten(c, i%2 == 0) || exact
 		}
 	default:
 		for _, c := range n.Content {
-			keepAsWritten(c, false)
+			exact = keepAsWritten(c, false) || exact
 		}
 	}
+	return exact
+}
+
+// jsonInteger writes the decimal integer s as JSON does: no "+", no
+// leading zeros (YAML's 00012345678901234567890123 is the integer
+// 12345678901234567890123).
+func jsonInteger(s string) string {
+	sign, digits := "", strings.TrimPrefix(s, "+")
+	if d, ok := strings.CutPrefix(digits, "-"); ok {
+		sign, digits = "-", d
+	}
+	return sign + strings.TrimLeft(digits, "0")
+}
+
+// withinFloat reports whether the JSON number s is within what a 64-bit
+// float holds: the bar the service sets for numbers in arguments
+// (registry.Interoperable).
+func withinFloat(s string) bool {
+	_, err := strconv.ParseFloat(s, 64)
+	return err == nil
+}
+
+// yamlValue is a YAML node decoded as into any, except that the scalars
+// keepAsWritten tagged exactTag are json.Numbers: a Go type of their own,
+// where a mark within a string would be a string the text can write.
+type yamlValue struct{ v any }
+
+// get is the value; nil, a null, is decoded as nil. (A null in a
+// sequence of yamlValue structs, which the decoder cannot set to null,
+// would be left out.)
+func (y *yamlValue) get() any {
+	if y == nil {
+		return nil
+	}
+	return y.v
+}
+
+// UnmarshalYAML decodes n. The decoder resolves aliases and merge keys
+// ("<<") before, and calls it for each element of a sequence or mapping.
+func (y *yamlValue) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		if n.Tag == exactTag {
+			y.v = json.Number(n.Value)
+			return nil
+		}
+	case yaml.SequenceNode:
+		var s []*yamlValue
+		if err := n.Decode(&s); err != nil {
+			return err
+		}
+		a := make([]any, len(s))
+		for i, e := range s {
+			a[i] = e.get()
+		}
+		y.v = a
+		return nil
+	case yaml.MappingNode:
+		// Keyed as decoding into any keys it, so that jsonValue turns
+		// the keys into the same strings.
+		var err error
+		if stringKeys(n) {
+			y.v, err = decodeMapping[string](n)
+		} else {
+			y.v, err = decodeMapping[any](n)
+		}
+		return err
+	}
+	return n.Decode(&y.v)
+}
+
+// stringKeys reports whether the decoder, decoding the mapping n into
+// any, makes a map[string]any: when every key is a string or "<<".
+func stringKeys(n *yaml.Node) bool {
+	for i := 0; i < len(n.Content); i += 2 {
+		if t := n.Content[i].ShortTag(); t != "!!str" && t != "!!merge" {
+			return false
+		}
+	}
+	return true
+}
+
+func decodeMapping[K comparable](n *yaml.Node) (map[K]any, error) {
+	var m map[K]*yamlValue
+	if err := n.Decode(&m); err != nil {
+		return nil, err
+	}
+	out := make(map[K]any, len(m))
+	for k, e := range m {
+		out[k] = e.get()
+	}
+	return out, nil
 }
 
 // bigInteger reports whether s is a decimal integer too large for int64
@@ -628,11 +742,9 @@ func isMerge(k *yaml.Node) bool {
 // key as jsonValue and encoding/json write the same scalar as a value
 // (null, true, 1.5, RFC 3339 timestamps), without a string's quotes.
 func keyString(k any) (string, error) {
-	switch k.(type) {
+	switch k := k.(type) {
 	case string:
-		// A large integer's node marked as a value (keepAsWritten) is a
-		// key where an alias of it is one.
-		return strings.TrimPrefix(k.(string), exactNumber), nil
+		return k, nil
 	case map[string]any, map[any]any, []any:
 		return "", errors.New("a mapping key is a sequence or a mapping, which a JSON object cannot have")
 	}
@@ -662,14 +774,6 @@ func jsonValue(v any) (any, error) {
 			e, err := jsonValue(e)
 			if err != nil {
 				return nil, err
-			}
-			if plain, ok := strings.CutPrefix(k, exactNumber); ok {
-				// An alias of a large integer as a key (see keyString).
-				if _, dup := x[plain]; dup {
-					return nil, fmt.Errorf("mapping key %q defined twice", plain)
-				}
-				delete(x, k)
-				k = plain
 			}
 			x[k] = e
 		}
@@ -719,10 +823,6 @@ func jsonValue(v any) (any, error) {
 		}
 	case []byte:
 		return string(x), nil
-	case string:
-		if n, ok := strings.CutPrefix(x, exactNumber); ok {
-			return json.Number(n), nil
-		}
 	}
 	return v, nil
 }

@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 )
 
-// FuzzParse: any text in any format parses to rows that encode as JSON,
+// FuzzParse: any text in any format parses to rows that encode as I-JSON,
 // within the row limit, or fails with a registry error; never a panic.
 func FuzzParse(f *testing.F) {
 	f.Add(uint8(0), "a,b\n1,2\n", 0)
@@ -18,6 +19,8 @@ func FuzzParse(f *testing.F) {
 	f.Add(uint8(3), "a: &x [1,2]\nb: *x\n---\n- 1\n", 1)
 	f.Add(uint8(3), "!!binary aGk=\n", 0)
 	f.Add(uint8(0), "\"a\"\"b\",c\n", 0)
+	f.Add(uint8(3), "a: \"\\0number:1e999\"\nb: 123456789012345678901234567890\n", 0)
+	f.Add(uint8(3), "a: !!int 1"+strings.Repeat("0", 400)+"\n", 0)
 	formats := []string{"csv", "tsv", "jsonl", "yaml"}
 	tools := Tools(Options{MaxRows: 50})
 	f.Fuzz(func(t *testing.T, format uint8, text string, offset int) {
@@ -37,8 +40,13 @@ func FuzzParse(f *testing.F) {
 		if len(res.Rows) > 50 {
 			t.Fatalf("%d rows, limit 50", len(res.Rows))
 		}
-		if _, err := json.Marshal(res); err != nil {
+		b, err := json.Marshal(res)
+		if err != nil {
 			t.Fatalf("output does not encode: %v for %s", err, args)
+		}
+		// Every JSON reader takes it: no number beyond a 64-bit float.
+		if err := registry.Interoperable(b); err != nil {
+			t.Fatalf("output is not I-JSON: %v for %s", err, args)
 		}
 	})
 }

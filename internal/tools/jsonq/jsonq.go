@@ -9,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/big"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -26,6 +29,8 @@ func Tools() []*registry.Tool {
 			Description: "Run a jq program over a JSON value and return every result it produces, " +
 				"e.g. program `.items[] | select(.price > 10) | .name`. Pass the data as `input` (any JSON value) " +
 				"or as `inputText` (a string holding JSON). Standard jq syntax; no file, network or environment access. " +
+				"Integers keep every digit, but a result may hold no number beyond a 64-bit float's range (about 1.8e308): " +
+				"turn such a number into text with tostring. " +
 				"Returns {\"results\": [...], \"count\": n}.",
 			Tier:       registry.ReadOnly,
 			Tags:       []string{"json", "data"},
@@ -111,12 +116,114 @@ func run(ctx context.Context, req *registry.Request) (any, error) {
 			}
 			return nil, registry.ToolError("jq: "+err.Error(), hint(err))
 		}
+		if err := readable(v, len(results)+1); err != nil {
+			return nil, err
+		}
 		results = append(results, v)
 		if len(results) == a.MaxResults {
 			return map[string]any{"results": results, "count": len(results), "stopped": fmt.Sprintf("stopped after maxResults=%d", a.MaxResults)}, nil
 		}
 	}
 	return map[string]any{"results": results, "count": len(results)}, nil
+}
+
+// readable refuses result n, v, when it holds a number JSON readers do
+// not take: an integer beyond what a 64-bit float holds (gojq computes
+// with integers of any size: 10^20 * 10^20 twenty times has 421 digits),
+// which Go's json.Unmarshal fails on, failing the whole response, and
+// JavaScript reads as Infinity; or a float that is infinite or NaN,
+// which JSON cannot write. This is the bar the service sets for numbers
+// in arguments (registry.Interoperable): an integer beyond 2^53 within
+// the float's range is written with every digit, as jq 1.7 writes one
+// it has not computed with.
+func readable(v any, n int) error {
+	what, why, path := unreadableNumber(v)
+	if what == "" {
+		return nil
+	}
+	at, fix := "", "tostring"
+	if len(path) > 0 {
+		at = " at " + jqPath(path)
+		fix = jqPath(path) + " |= tostring"
+	}
+	return registry.ToolError(fmt.Sprintf("result %d holds %s%s, %s", n, what, at, why),
+		fmt.Sprintf("Keep it as text: end the program with `| %s`; or compute a smaller number. "+
+			"A float that is infinite or NaN can be tested with isinfinite and isnan.", fix))
+}
+
+// unreadableNumber finds a number in v that readable refuses and says
+// what it is and why, with its path (innermost step first). Of several, it
+// finds the first in an array and the one under the least key in an
+// object, so the error does not depend on a map's order.
+func unreadableNumber(v any) (what, why string, path []any) {
+	const beyond = "beyond what JSON readers take"
+	switch x := v.(type) {
+	case float64:
+		if math.IsInf(x, 0) || math.IsNaN(x) {
+			return fmt.Sprintf("the number %v", x), "which JSON cannot write", nil
+		}
+	case *big.Int:
+		// Float64 rounds as strconv.ParseFloat does: to ±Inf from
+		// 2^1024 - 2^970 on.
+		if f, _ := new(big.Float).SetInt(x).Float64(); math.IsInf(f, 0) {
+			return fmt.Sprintf("an integer of %d digits", len(strings.TrimPrefix(x.Text(10), "-"))), beyond, nil
+		}
+	case json.Number:
+		// Numbers of the input are within range; fromjson makes others.
+		if _, err := strconv.ParseFloat(x.String(), 64); err != nil {
+			return "the number " + registry.Clip(x.String(), 40), beyond, nil
+		}
+	case []any:
+		for i, e := range x {
+			if what, why, path := unreadableNumber(e); what != "" {
+				return what, why, append(path, i)
+			}
+		}
+	case map[string]any:
+		var key string
+		for k, e := range x {
+			if w, y, p := unreadableNumber(e); w != "" && (what == "" || k < key) {
+				what, why, path, key = w, y, p, k
+			}
+		}
+		if what != "" {
+			return what, why, append(path, key)
+		}
+	}
+	return "", "", nil
+}
+
+// jqPath writes path (innermost step first) as a jq path expression.
+func jqPath(path []any) string {
+	var b strings.Builder
+	for i := len(path) - 1; i >= 0; i-- {
+		switch step := path[i].(type) {
+		case int:
+			fmt.Fprintf(&b, "[%d]", step)
+		case string:
+			if identifier(step) {
+				b.WriteString("." + step)
+			} else {
+				q, _ := json.Marshal(step)
+				fmt.Fprintf(&b, ".[%s]", q)
+			}
+		}
+	}
+	s := b.String()
+	if strings.HasPrefix(s, "[") {
+		s = "." + s
+	}
+	return s
+}
+
+// identifier reports whether jq takes .s for the key s.
+func identifier(s string) bool {
+	for i, r := range s {
+		if r != '_' && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (i == 0 || r < '0' || r > '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // hint says what to do about a jq program's runtime error.
