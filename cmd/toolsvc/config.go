@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"net"
 	"net/netip"
 	"net/url"
 	"reflect"
@@ -125,8 +126,8 @@ type Config struct {
 
 	// PublicURL is the service's address as people reach it
 	// ("https://toolsvc.example.com"); notifications link to the console
-	// below it. Empty: http:// and TOOLSVC_ADDR.
-	PublicURL string `env:"TOOLSVC_PUBLIC_URL" desc:"the service's address as people reach it; notifications link to the console below it (empty: http:// and TOOLSVC_ADDR)"`
+	// below it. Empty: made of TOOLSVC_ADDR (see publicURL).
+	PublicURL string `env:"TOOLSVC_PUBLIC_URL" desc:"the service's address as people reach it; notifications link to the console below it (empty: https:// with TOOLSVC_TLS_CERT_FILE, else http://, and TOOLSVC_ADDR, localhost for an address without a host; logged as a warning when such a link opens only where the service runs)"`
 	// UI serves the console at /ui.
 	UI bool `env:"TOOLSVC_UI" envDefault:"true" desc:"serve the approval console at /ui"`
 	// UISessionKey seals console session cookies: 32 bytes as 64 hex
@@ -471,12 +472,28 @@ func (c Config) uiKey() ([]byte, error) {
 	return k, nil
 }
 
-// publicURL is where people reach the service.
+// publicURL is where people reach the service: TOOLSVC_PUBLIC_URL, else
+// TOOLSVC_ADDR with the scheme it serves (a link to http:// of an HTTPS
+// port is answered 400). An address without a host (":8080", "0.0.0.0:8080",
+// "[::]:8080", as in the Dockerfile and deploy/) gets localhost, so that the
+// link opens at least where the service runs, rather than "http://:8080",
+// which opens nowhere; the notifier warns of such links (notify.Dispatcher.Load).
 func (c Config) publicURL() string {
 	if c.PublicURL != "" {
 		return strings.TrimRight(c.PublicURL, "/")
 	}
-	return "http://" + c.Addr
+	scheme := "http://"
+	if c.TLSCertFile != "" {
+		scheme = "https://"
+	}
+	host, port, err := net.SplitHostPort(c.Addr)
+	if err != nil {
+		return scheme + c.Addr
+	}
+	if ip, err := netip.ParseAddr(host); host == "" || (err == nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return scheme + net.JoinHostPort(host, port)
 }
 
 // defaultRate is the service's default rate limit; nil is none.

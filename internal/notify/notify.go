@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"path"
 	"slices"
@@ -185,7 +186,8 @@ type Options struct {
 	// Client sends deliveries; nil is a client without proxy or cookies.
 	Client *http.Client
 	// Backoff is the pause before the first retry, doubled for each
-	// further one (at most 5 minutes); 0 is one second.
+	// further one (at most maxBackoff); 0 is one second. A receiver's
+	// Retry-After (on 429 and 503) lengthens a pause, up to maxBackoff.
 	Backoff time.Duration
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
@@ -205,6 +207,9 @@ type Dispatcher struct {
 	mu      sync.Mutex
 	workers map[string]*worker // by target name
 	closed  bool
+	// linksChecked is set once the links have been looked at, when the
+	// first notifier was loaded: their warning is logged once.
+	linksChecked bool
 }
 
 type worker struct {
@@ -213,7 +218,21 @@ type worker struct {
 	queue  chan delivery
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	// drops counts the deliveries dropped for a full queue since
+	// dropLogged, when the last line about them was logged (under
+	// Dispatcher.mu): a receiver that is down while approvals keep coming
+	// must not write a line per approval.
+	drops      int
+	dropLogged time.Time
 }
+
+// maxBackoff bounds a pause between two attempts of a delivery.
+const maxBackoff = 5 * time.Minute
+
+// dropLogEvery is how often a notifier's dropped deliveries are logged at
+// most; toolsvc_notifications_total counts each.
+const dropLogEvery = time.Minute
 
 type delivery struct {
 	id    string
@@ -260,6 +279,13 @@ func (d *Dispatcher) Load(targets []*Target) {
 	defer d.mu.Unlock()
 	if d.closed {
 		return
+	}
+	if len(targets) > 0 && !d.linksChecked {
+		d.linksChecked = true
+		if localOnly(d.o.PublicURL) {
+			d.log.Warn("notify: links in notifications open only on the machine the service runs on; set TOOLSVC_PUBLIC_URL to the address people reach it at (e.g. https://toolsvc.example.com)",
+				"links", d.o.PublicURL+"/ui/approvals/…")
+		}
 	}
 	next := map[string]*worker{}
 	for _, t := range targets {
@@ -322,7 +348,12 @@ func (d *Dispatcher) ObserveApproval(ev registry.ApprovalEvent) {
 			d.queued.WithLabelValues(w.t.Name).Inc()
 		default:
 			d.results.WithLabelValues(w.t.Name, "dropped").Inc()
-			d.log.Warn("notify: queue full; notification dropped", "notifier", w.t.Name, "event", string(ev.Kind), "approvalId", ev.Approval.ID)
+			w.drops++
+			if now := d.o.Now(); w.dropLogged.IsZero() || now.Sub(w.dropLogged) >= dropLogEvery {
+				d.log.Warn("notify: queue full; notifications dropped (logged at most once a minute; toolsvc_notifications_total{result=\"dropped\"} counts each)",
+					"notifier", w.t.Name, "dropped", w.drops, "event", string(ev.Kind), "approvalId", ev.Approval.ID)
+				w.drops, w.dropLogged = 0, now
+			}
 		}
 	}
 }
@@ -371,18 +402,28 @@ func (d *Dispatcher) deliver(ctx context.Context, t *Target, job delivery) {
 			return
 		}
 		d.retries.WithLabelValues(t.Name).Inc()
-		timer := time.NewTimer(pause)
+		wait := pause
+		if p.retryAfter > wait {
+			// The receiver said when it takes more (it is busy or
+			// limits us): sooner would only be refused again.
+			wait = min(p.retryAfter, maxBackoff)
+		}
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 		case <-timer.C:
 		}
-		pause = min(2*pause, 5*time.Minute)
+		pause = min(2*pause, maxBackoff)
 	}
 }
 
 // permanent is a receiver's answer other than 2xx.
-type permanent struct{ status int }
+type permanent struct {
+	status int
+	// retryAfter is the receiver's Retry-After of a 429 or 503; 0 is none.
+	retryAfter time.Duration
+}
 
 // final reports whether the answer would be the same if asked again: a
 // redirect (which is not followed) and a 4xx other than 408 and 429.
@@ -394,7 +435,29 @@ func (p permanent) Error() string {
 	if p.status/100 == 3 {
 		return "the receiver answered " + strconv.Itoa(p.status) + ", a redirect, which is not followed: give the notifier the URL it redirects to"
 	}
+	if p.retryAfter > 0 {
+		return "the receiver answered " + strconv.Itoa(p.status) + " with Retry-After " + p.retryAfter.String()
+	}
 	return "the receiver answered " + strconv.Itoa(p.status)
+}
+
+// retryAfter reads a Retry-After header, delay-seconds or an HTTP date
+// (RFC 9110, 10.2.3), as a wait from now; 0 is none or unreadable.
+func retryAfter(h string, now time.Time) time.Duration {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return 0
+	}
+	if n, err := strconv.ParseUint(h, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		// Beyond maxBackoff it is maxBackoff anyway; bounding it first
+		// keeps a huge number from overflowing the Duration (ParseUint
+		// gives its largest for one out of range).
+		return time.Duration(min(n, uint64(maxBackoff/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		return min(max(t.Sub(now), 0), maxBackoff)
+	}
+	return 0
 }
 
 func (d *Dispatcher) send(ctx context.Context, t *Target, job delivery) error {
@@ -428,7 +491,11 @@ func (d *Dispatcher) send(ctx context.Context, t *Target, job delivery) error {
 	if resp.StatusCode/100 == 2 {
 		return nil
 	}
-	return permanent{resp.StatusCode}
+	p := permanent{status: resp.StatusCode}
+	if p.status == http.StatusTooManyRequests || p.status == http.StatusServiceUnavailable {
+		p.retryAfter = retryAfter(resp.Header.Get("Retry-After"), d.o.Now())
+	}
+	return p
 }
 
 // Sign returns the signature header value of body sent at t.
@@ -506,6 +573,25 @@ type MessageApproval struct {
 	DecidedAt      time.Time       `json:"decidedAt,omitzero"`
 	DecidedBy      string          `json:"decidedBy,omitempty"`
 	DecisionReason string          `json:"decisionReason,omitempty"`
+}
+
+// localOnly reports whether links below publicURL open only on the
+// machine the service runs on: their host is localhost, a loopback or an
+// unspecified address, or missing.
+func localOnly(publicURL string) bool {
+	if publicURL == "" {
+		return false // no links
+	}
+	u, err := url.Parse(publicURL)
+	if err != nil {
+		return true
+	}
+	host := strings.ToLower(u.Hostname())
+	if host == "" || host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && (ip.IsLoopback() || ip.IsUnspecified())
 }
 
 // Link is the console page of an approval request below publicURL.

@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path"
 	"slices"
@@ -50,7 +52,8 @@ type CallerSpec struct {
 // ClientCertSpec names the certificates of a caller: by subject (the
 // distinguished name as Go prints it, e.g. "CN=build-bot,O=Example") or by
 // one of its subject alternative names (DNS, URI, e-mail, IP). Either may
-// be set; a certificate matching any one authenticates the caller.
+// be set; a certificate matching any one authenticates the caller. A SAN
+// matches only a SAN of its own type (see parseSAN).
 type ClientCertSpec struct {
 	Subject string   `yaml:"subject,omitempty"`
 	SANs    []string `yaml:"sans,omitempty"`
@@ -103,8 +106,9 @@ type credential struct {
 }
 
 type certCredential struct {
-	spec   ClientCertSpec
-	caller registry.Caller
+	subject string
+	sans    []certSAN
+	caller  registry.Caller
 }
 
 // NewAuthenticator checks the caller specs and builds an authenticator.
@@ -161,7 +165,15 @@ func NewAuthenticator(o AuthOptions) (*Authenticator, error) {
 			if cc.Subject == "" && len(cc.SANs) == 0 {
 				return nil, fmt.Errorf("%s: clientCert names neither a subject nor sans", where)
 			}
-			a.certs = append(a.certs, certCredential{spec: *cc, caller: c.caller})
+			e := certCredential{subject: cc.Subject, caller: c.caller}
+			for i, v := range cc.SANs {
+				san, err := parseSAN(v)
+				if err != nil {
+					return nil, fmt.Errorf("%s: clientCert.sans[%d] %q: %w", where, i, v, err)
+				}
+				e.sans = append(e.sans, san)
+			}
+			a.certs = append(a.certs, e)
 		}
 	}
 	return a, nil
@@ -246,28 +258,139 @@ func (a *Authenticator) Authenticate(token string) (*registry.Caller, bool) {
 }
 
 // AuthenticateCert returns the caller whose clientCert matches a verified
-// client certificate: by subject, or by any subject alternative name.
+// client certificate: by subject, or by a subject alternative name of the
+// type the caller names.
 func (a *Authenticator) AuthenticateCert(cert *x509.Certificate) (*registry.Caller, bool) {
 	if cert == nil {
 		return nil, false
 	}
 	subject := cert.Subject.String()
-	var sans []string
-	sans = append(sans, cert.DNSNames...)
-	sans = append(sans, cert.EmailAddresses...)
-	for _, ip := range cert.IPAddresses {
-		sans = append(sans, ip.String())
-	}
-	for _, u := range cert.URIs {
-		sans = append(sans, u.String())
-	}
 	for _, e := range a.certs {
-		if (e.spec.Subject != "" && e.spec.Subject == subject) ||
-			slices.ContainsFunc(e.spec.SANs, func(s string) bool { return slices.Contains(sans, s) }) {
+		if (e.subject != "" && e.subject == subject) ||
+			slices.ContainsFunc(e.sans, func(s certSAN) bool { return s.in(cert) }) {
 			c := e.caller
 			c.Tools, c.Scopes = slices.Clone(c.Tools), slices.Clone(c.Scopes)
 			return &c, true
 		}
 	}
 	return nil, false
+}
+
+// The types of subject alternative name a caller may name.
+const (
+	sanDNS   = "dns"
+	sanEmail = "email"
+	sanIP    = "ip"
+	sanURI   = "uri"
+)
+
+// certSAN is a checked clientCert.sans entry.
+type certSAN struct {
+	kind  string // sanDNS, sanEmail, sanIP or sanURI
+	value string // the name without its prefix; a URI as Go prints it
+	ip    net.IP
+}
+
+// parseSAN checks a clientCert.sans entry and says which type of SAN it
+// names: the type its prefix gives (dns:, email:, uri:, ip:, any case, as
+// openssl prints SANs), else the type its value has: an IP address, a URI
+// (a scheme and a colon, e.g. spiffe://… or urn:…), an e-mail address
+// (with an @), or else a DNS name. A certificate matches only a SAN of
+// that type: a CA constrains each type separately, so a DNS name
+// "ops@example.com" that it lets a client have must not pass for the
+// e-mail address of the caller ops@example.com.
+func parseSAN(s string) (certSAN, error) {
+	if i := strings.IndexFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }); i >= 0 {
+		return certSAN{}, fmt.Errorf("a SAN has no spaces or control characters (byte %d)", i)
+	}
+	if prefix, rest, ok := strings.Cut(s, ":"); ok {
+		switch k := strings.ToLower(prefix); k {
+		case sanDNS, sanEmail, sanIP, sanURI:
+			return sanOf(k, rest)
+		}
+	}
+	switch {
+	case net.ParseIP(s) != nil:
+		return sanOf(sanIP, s)
+	case strings.Contains(s, ":"):
+		return sanOf(sanURI, s)
+	case strings.Contains(s, "@"):
+		return sanOf(sanEmail, s)
+	default:
+		return sanOf(sanDNS, s)
+	}
+}
+
+const sanPrefixHint = "; to name another type of SAN, prefix it with its type: dns:, email:, uri: or ip:"
+
+// sanOf checks value as a SAN of type kind.
+func sanOf(kind, value string) (certSAN, error) {
+	san := certSAN{kind: kind, value: value}
+	switch kind {
+	case sanIP:
+		if san.ip = net.ParseIP(value); san.ip == nil {
+			return san, fmt.Errorf("an ip: SAN must be an IP address (10.0.0.7, 2001:db8::7)")
+		}
+	case sanURI:
+		u, err := url.Parse(value)
+		if err != nil || u.Scheme == "" {
+			return san, fmt.Errorf("is not a URI with a scheme (spiffe://example.org/build-bot, urn:…)%s", sanPrefixHint)
+		}
+		san.value = u.String()
+	case sanEmail:
+		local, domain, ok := cutLast(value, "@")
+		if !ok || local == "" || !isDNSName(domain) {
+			return san, fmt.Errorf("is not an e-mail address (ops@example.com)%s", sanPrefixHint)
+		}
+	default:
+		if !isDNSName(value) {
+			return san, fmt.Errorf("is not a DNS name (letters, digits, -, _ and dots; * as the first label)%s", sanPrefixHint)
+		}
+	}
+	return san, nil
+}
+
+// in reports whether cert has the SAN s, of the same type.
+func (s certSAN) in(cert *x509.Certificate) bool {
+	switch s.kind {
+	case sanIP:
+		return slices.ContainsFunc(cert.IPAddresses, s.ip.Equal)
+	case sanURI:
+		return slices.ContainsFunc(cert.URIs, func(u *url.URL) bool { return u.String() == s.value })
+	case sanEmail:
+		// The domain of an address is case-insensitive, its local part
+		// is not (RFC 5280, 7.5).
+		local, domain, _ := cutLast(s.value, "@")
+		return slices.ContainsFunc(cert.EmailAddresses, func(a string) bool {
+			l, d, ok := cutLast(a, "@")
+			return ok && l == local && strings.EqualFold(d, domain)
+		})
+	default:
+		return slices.ContainsFunc(cert.DNSNames, func(n string) bool { return strings.EqualFold(n, s.value) })
+	}
+}
+
+// isDNSName reports whether s is a DNS name: dot-separated labels of
+// letters, digits, - and _, the first of which may be the wildcard *.
+func isDNSName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for i, label := range strings.Split(s, ".") {
+		if label == "*" && i == 0 {
+			continue
+		}
+		if label == "" || len(label) > 63 || strings.TrimLeft(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// cutLast slices s around the last sep.
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return s, "", false
 }
