@@ -299,6 +299,9 @@ func (e *Executor) goesOn(f *flight, rec *CallRecord) bool {
 // the call again: the pending record is withdrawn, and a pending record
 // found without its request (the withdrawal failed too) is filed again.
 func (e *Executor) ask(ctx context.Context, f *flight) error {
+	if n := claimsBytes(f.caller.Claims); n > MaxFiledClaimsBytes {
+		return claimsTooLarge(f, n)
+	}
 	now := e.now()
 	filed := &Filing{Caller: *f.caller, Catalog: f.call.Catalog, TimeoutMs: f.call.TimeoutMs, CallerMayApprove: f.decision.CallerMayApprove, Claims: f.caller.Claims}
 	filed.Caller.Tools = append([]string(nil), f.caller.Tools...)
@@ -377,6 +380,42 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 	f.res = pending
 	e.audit(ctx, e.auditEntry(f))
 	return errAnswered
+}
+
+// MaxFiledClaimsBytes bounds a token caller's claims, as JSON, that an
+// approval request keeps (Filing.Claims). Every request of the caller
+// stores them, and the approver's decision reads them back.
+//
+// Claims beyond it are not cut down to fit: the policy decides an
+// approved call again with the claims it was filed with (decideResumed),
+// and a condition cannot tell a dropped claim from one the token never
+// had. Reading a missing claim fails the condition, and its rule
+// denies, but has(caller.claims.x) is false: a deny rule written as
+// has(x) && … would let the call run. So a call whose caller's claims
+// are larger is not filed at all (claimsTooLarge): it fails closed.
+const MaxFiledClaimsBytes = 256 << 10
+
+// claimsBytes is the size of a caller's claims as a filing stores them;
+// claims that do not encode (they never do: they were decoded from JSON)
+// count as none, and the filing reports its own error.
+func claimsBytes(claims map[string]any) int {
+	if len(claims) == 0 {
+		return 0
+	}
+	b, err := json.Marshal(claims)
+	if err != nil {
+		return 0
+	}
+	return len(b)
+}
+
+// claimsTooLarge is the E_POLICY_DENIED of a call that needs approval
+// whose caller's claims are more than a request keeps.
+func claimsTooLarge(f *flight, n int) error {
+	return &Error{Code: CodePolicyDenied,
+		Message: fmt.Sprintf("tool %s requires human approval (rule %s), and caller %s's token carries %d KiB of claims, more than the %d KiB an approval request keeps (an approved call is decided again with the claims it was filed with), so it was not filed; nothing ran",
+			f.tool.Name, f.decision.Rule, f.caller.ID, (n+1023)>>10, MaxFiledClaimsBytes>>10),
+		Suggestion: "Do not retry this call with the same token; tell the user that it needs approval and that their token's claims (groups, roles) are too large to file it: a token with fewer claims can be approved."}
 }
 
 // withdraw deletes the pending record of a call whose approval request

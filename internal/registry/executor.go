@@ -546,16 +546,19 @@ func (e *Executor) approval(ctx context.Context, f *flight) error {
 // request. This count is read, not locked: it spares a caller at its
 // bound the writes of a filing. The bound itself holds where the store
 // counts and files in one step (PendingLimiter, see ask), also for
-// callers filing at the same moment on several replicas.
+// callers filing at the same moment on several replicas. It is a count,
+// not a list: listing the requests read every one of them whole, and a
+// token caller's filings carry its claims, so each filing grew slower
+// with the requests already waiting.
 func (e *Executor) pendingRoom(ctx context.Context, f *flight) error {
 	if e.maxPending <= 0 {
 		return nil
 	}
-	waiting, err := e.store.ListApprovals(ctx, ApprovalFilter{Status: ApprovalPending, CallerID: f.caller.ID, Limit: e.maxPending})
+	waiting, err := e.store.CountApprovals(ctx, ApprovalFilter{Status: ApprovalPending, CallerID: f.caller.ID})
 	if err != nil {
 		return unavailable(err)
 	}
-	if len(waiting) < e.maxPending {
+	if waiting < e.maxPending {
 		return nil
 	}
 	if f.res.ToolCallID != "" {

@@ -315,7 +315,8 @@ type Store interface {
 	// first with f.Newest), at most f.Limit. Pending
 	// requests past their expiry count as expired. Arguments longer than
 	// ListedArgumentsBytes are left out, so that a list of many large
-	// requests stays small.
+	// requests stays small, and so is what each was filed with (Filed is
+	// nil: GetApproval and DecideApproval have it).
 	ListApprovals(ctx context.Context, f ApprovalFilter) ([]*Approval, error)
 	// CountApprovals counts the requests f's Status and CallerID select.
 	CountApprovals(ctx context.Context, f ApprovalFilter) (int, error)

@@ -23,9 +23,14 @@ const (
 
 // listedApprovalColumns are ApprovalColumns for a list: arguments longer
 // than registry.ListedArgumentsBytes are left out (NULL), their length
-// still given.
-var listedApprovalColumns = strings.Replace(ApprovalColumns, "arguments_digest, arguments,",
-	fmt.Sprintf("arguments_digest, CASE WHEN length(arguments) > %d THEN NULL ELSE arguments END,", registry.ListedArgumentsBytes), 1)
+// still given, and so is the filing (Filed is nil). No reader of a list
+// runs a call, and a token caller's filing holds all its claims: reading
+// them for every request listed made each filing, console poll and GET
+// /approvals slower as requests waited. GetApproval reads the filing.
+var listedApprovalColumns = strings.NewReplacer(
+	"arguments_digest, arguments,", fmt.Sprintf("arguments_digest, CASE WHEN length(arguments) > %d THEN NULL ELSE arguments END,", registry.ListedArgumentsBytes),
+	"decision_reason, filed,", "decision_reason, NULL,",
+).Replace(ApprovalColumns)
 
 // SelectCallSQL reads one call record by its key.
 const SelectCallSQL = `SELECT ` + CallColumns + ` FROM calls WHERE caller_id = $1 AND tool_call_id = $2`

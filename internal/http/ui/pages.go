@@ -37,22 +37,63 @@ const (
 	decidedShown = 20
 )
 
+// inboxFilter selects the requests r's caller sees in the inbox: every
+// caller's for approvers and admins, otherwise their own.
+func inboxFilter(r *http.Request) registry.ApprovalFilter {
+	var f registry.ApprovalFilter
+	if caller := callerOf(r); !seesAll(caller) {
+		f.CallerID = caller.ID
+	}
+	return f
+}
+
+// inboxVersion reads what the inbox's version is made of, without its
+// lists: the page's script asks every 2 seconds whether anything changed,
+// and the lists are 160 requests, each with up to 16 KiB of arguments.
+// It is the number of pending requests (which falls when one is decided
+// or expires), and the newest and the oldest request (the newest changes
+// when one arrives, whatever else happened meanwhile; the oldest when
+// retention deletes it). Retention deletes the oldest requests first,
+// give or take an approval's time to live: one deleted while an older
+// one stays is seen at the next change, and only an inbox idle for the
+// whole retention period shows it meanwhile.
+func inboxVersion(r *http.Request, st registry.Store) (version string, pending int, err error) {
+	f := inboxFilter(r)
+	f.Status = registry.ApprovalPending
+	if pending, err = st.CountApprovals(r.Context(), f); err != nil {
+		return "", 0, err
+	}
+	f.Status, f.Limit = "", 1
+	h := sha256.New()
+	fmt.Fprintf(h, "%d pending\n", pending)
+	for _, newest := range []bool{true, false} {
+		f.Newest = newest
+		ends, err := st.ListApprovals(r.Context(), f)
+		if err != nil {
+			return "", 0, err
+		}
+		for _, a := range ends {
+			fmt.Fprintf(h, "%s %s\n", a.ID, a.Status)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8]), pending, nil
+}
+
+// loadInbox reads the inbox: its version first, so that a change made
+// while the lists are read shows as a new version at the next poll.
 func (c *Console) loadInbox(r *http.Request) (*inbox, error) {
 	st := c.o.Executor.Store()
 	if st == nil {
 		return nil, registry.ErrNoStore
 	}
-	f := registry.ApprovalFilter{Status: registry.ApprovalPending, Limit: pendingShown, Newest: true}
-	caller := callerOf(r)
-	if !seesAll(caller) {
-		f.CallerID = caller.ID
-	}
 	in := &inbox{}
 	var err error
-	if in.Pending, err = st.ListApprovals(r.Context(), f); err != nil {
+	if in.Version, in.PendingCount, err = inboxVersion(r, st); err != nil {
 		return nil, err
 	}
-	if in.PendingCount, err = st.CountApprovals(r.Context(), f); err != nil {
+	f := inboxFilter(r)
+	f.Status, f.Limit, f.Newest = registry.ApprovalPending, pendingShown, true
+	if in.Pending, err = st.ListApprovals(r.Context(), f); err != nil {
 		return nil, err
 	}
 	// The newest decisions of each kind, merged: decided requests are
@@ -73,12 +114,6 @@ func (c *Console) loadInbox(r *http.Request) (*inbox, error) {
 		return strings.Compare(b.ID, a.ID)
 	})
 	in.Decided = in.Decided[:min(len(in.Decided), decidedShown)]
-	h := sha256.New()
-	fmt.Fprintf(h, "%d pending\n", in.PendingCount)
-	for _, a := range append(slices.Clone(in.Pending), in.Decided...) {
-		fmt.Fprintf(h, "%s %s\n", a.ID, a.Status)
-	}
-	in.Version = hex.EncodeToString(h.Sum(nil)[:8])
 	return in, nil
 }
 
@@ -92,18 +127,30 @@ func (c *Console) handleInbox(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleInboxFragment serves the inbox's lists alone, for the page's
-// script to refresh them; 204 when nothing changed since ?v=.
+// script to refresh them; 204 when nothing changed since ?v=, known from
+// the version alone.
 func (c *Console) handleInboxFragment(w http.ResponseWriter, r *http.Request) {
+	st := c.o.Executor.Store()
+	if st == nil {
+		c.storeUnavailable(w, r, registry.ErrNoStore)
+		return
+	}
+	v, _, err := inboxVersion(r, st)
+	if err != nil {
+		c.storeUnavailable(w, r, err)
+		return
+	}
+	if r.URL.Query().Get("v") == v {
+		w.Header().Set("X-Inbox-Version", v)
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	in, err := c.loadInbox(r)
 	if err != nil {
 		c.storeUnavailable(w, r, err)
 		return
 	}
 	w.Header().Set("X-Inbox-Version", in.Version)
-	if r.URL.Query().Get("v") == in.Version {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
 	c.renderTemplate(w, r, http.StatusOK, "inbox", "inbox-lists", c.view(r, "", "inbox", in))
 }
 

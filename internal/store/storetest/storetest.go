@@ -62,6 +62,7 @@ func Run(t *testing.T, open func(t *testing.T) registry.Store) {
 		{"ApprovalExpiry", testApprovalExpiry},
 		{"ExpireApprovals", testExpireApprovals},
 		{"ListApprovals", testListApprovals},
+		{"ListApprovalsLeaveFilingsOut", testListedFilings},
 		{"CreateApprovalValidation", testCreateApprovalInvalid},
 		{"UnstorableKeysFindNothing", testUnstorableKeys},
 		{"AuditOfUnstorableText", testAuditUnstorableText},
@@ -1291,6 +1292,56 @@ func testListApprovals(t *testing.T, s registry.Store) {
 		if a, err := s.GetApproval(ctx, id); err != nil || string(a.Arguments) != string(r.Arguments) || a.ArgumentsBytes != size {
 			t.Errorf("%s: GetApproval gave %d bytes (%d said, %v), want all %d", id, len(a.Arguments), a.ArgumentsBytes, err, size)
 		}
+	}
+}
+
+// testListedFilings: a list leaves out what each request was filed with
+// (a token caller's claims may be hundreds of KiB, read for every request
+// listed); GetApproval and a decision, which resume the call, have it.
+func testListedFilings(t *testing.T, s registry.Store) {
+	ctx := t.Context()
+	groups := make([]any, 2000)
+	for i := range groups {
+		groups[i] = fmt.Sprintf("group-%04d", i)
+	}
+	filing := func() *registry.Filing {
+		return &registry.Filing{Caller: registry.Caller{ID: "dana", Issuer: "https://idp.example", Subject: "d"},
+			CallerMayApprove: true, TimeoutMs: 5000, Claims: map[string]any{"team": "ops", "groups": groups}}
+	}
+	exp := time.Now().Add(time.Hour)
+	for _, id := range []string{"f1", "f2"} {
+		r := pending("dana", "c-"+id, id, exp)
+		mustBegin(t, s, r, true)
+		a := approvalFor(r)
+		a.Filed = filing()
+		mustCreateApproval(t, s, a)
+	}
+	for _, f := range []registry.ApprovalFilter{{}, {Status: registry.ApprovalPending}, {CallerID: "dana", Newest: true}, {Limit: 1}} {
+		list, err := s.ListApprovals(ctx, f)
+		if err != nil || len(list) == 0 {
+			t.Fatalf("ListApprovals(%+v) = %d requests, %v", f, len(list), err)
+		}
+		for _, a := range list {
+			if a.Filed != nil {
+				t.Errorf("ListApprovals(%+v) read %s's filing, claims and all; a list leaves it out", f, a.ID)
+			}
+		}
+	}
+	want := filing()
+	wantJSON, _ := json.Marshal(want)
+	a, err := s.GetApproval(ctx, "f1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := json.Marshal(a.Filed); string(got) != string(wantJSON) || !a.CallerMayApprove() {
+		t.Errorf("GetApproval's filing = %.200s…, want %.200s…", got, wantJSON)
+	}
+	a, won, err := s.DecideApproval(ctx, "f2", registry.VerdictApprove, "oncall", "", time.Now())
+	if err != nil || !won {
+		t.Fatalf("DecideApproval: won %v, %v", won, err)
+	}
+	if got, _ := json.Marshal(a.Filed); string(got) != string(wantJSON) {
+		t.Errorf("the decided request's filing = %.200s…, want %.200s… (an approved call runs with it)", got, wantJSON)
 	}
 }
 
