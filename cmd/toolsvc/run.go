@@ -241,7 +241,7 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager, workers *worker
 		if a.auth, err = policy.NewAuthenticator(policy.AuthOptions{APIKey: cfg.APIKey, Callers: callers, DefaultRate: cfg.defaultRate()}); err != nil {
 			return nil, err
 		}
-		a.policy = withCallers(pol, cfg.APIKey != "", callers, a.issuers)
+		a.policy = withCallers(pol, a.auth, a.issuers)
 	}
 	hopts := httpfetch.Options{
 		Version: version, AllowCIDRs: cfg.HTTPAllowCIDRs, AllowHosts: cfg.HTTPAllowHosts, DenyHosts: cfg.HTTPDenyHosts,

@@ -234,6 +234,24 @@ func credentialOf(d *CallerDocument, readFile func(string) ([]byte, error)) (cre
 // service then runs open, on loopback only).
 func (a *Authenticator) Len() int { return len(a.entries) + len(a.certs) }
 
+// Caller returns the caller with id as this configuration defines it (its
+// tools, maximum tier and scopes), or false when it defines none.
+func (a *Authenticator) Caller(id string) (*registry.Caller, bool) {
+	for i := range a.entries {
+		if a.entries[i].caller.ID == id {
+			c := a.entries[i].caller
+			return &c, true
+		}
+	}
+	for i := range a.certs {
+		if a.certs[i].caller.ID == id {
+			c := a.certs[i].caller
+			return &c, true
+		}
+	}
+	return nil, false
+}
+
 // Authenticate returns the caller whose token is token. It compares the
 // token's SHA-256 digest with every configured digest in constant time,
 // without stopping at a match, so the time taken tells nothing about

@@ -39,14 +39,16 @@ func CheckReason(reason string) string {
 }
 
 // CallerChecker is what a Policy may offer so that an approved call whose
-// caller the configuration no longer defines does not run: CallerExists
-// reports whether c, as a call was filed by it, is still a caller of the
-// configuration the policy was loaded with (a caller resource by its id,
-// a token caller by its issuer). The executor asks it of every call an
-// approval resumes, with the policy in force at that moment; a policy
-// without it lets every filed caller run.
+// caller the configuration no longer defines, or no longer lets call the
+// tool, does not run: CurrentCaller returns c, as a call was filed by it,
+// as the configuration the policy was loaded with defines it now (a
+// caller resource by its id, a token caller by its issuer), or false when
+// it defines it no more. The executor asks it of every call an approval
+// resumes, with the policy in force at that moment, and the call runs
+// only when the caller then still has the call scope and sees the tool;
+// a policy without it lets every filed caller run.
 type CallerChecker interface {
-	CallerExists(c *Caller) bool
+	CurrentCaller(c *Caller) (*Caller, bool)
 }
 
 // ErrCallerMayNotApprove means the rule that asked for an approval request

@@ -497,12 +497,22 @@ func (e *Executor) decide(ctx context.Context, f *flight) error {
 // approval answered; any other verdict leaves the approver's decision.
 func (e *Executor) decideResumed(ctx context.Context, f *flight) error {
 	f.decision = Decision{Effect: Allow, Rule: f.resumed.Rule, Reason: "approved by " + f.resumed.DecidedBy}
-	if k, ok := f.st.policy.(CallerChecker); ok && !k.CallerExists(f.caller) {
-		f.decision = Decision{Effect: Deny, Rule: f.resumed.Rule, Reason: "its caller no longer exists"}
-		return &Error{Code: CodePolicyDenied,
-			Message: fmt.Sprintf("caller %s, which filed this call, no longer exists (the configuration was reloaded without it after the call was filed), so the approval of request %s did not run it; nothing ran",
-				f.caller.ID, f.resumed.ID),
-			Suggestion: "Do not retry this call; a caller that exists must make it again."}
+	if k, ok := f.st.policy.(CallerChecker); ok {
+		now, exists := k.CurrentCaller(f.caller)
+		switch {
+		case !exists:
+			f.decision = Decision{Effect: Deny, Rule: f.resumed.Rule, Reason: "its caller no longer exists"}
+			return &Error{Code: CodePolicyDenied,
+				Message: fmt.Sprintf("caller %s, which filed this call, no longer exists (the configuration was reloaded without it after the call was filed), so the approval of request %s did not run it; nothing ran",
+					f.caller.ID, f.resumed.ID),
+				Suggestion: "Do not retry this call; a caller that exists must make it again."}
+		case !now.Has(ScopeCall) || !now.Sees(&f.tool.Definition):
+			f.decision = Decision{Effect: Deny, Rule: f.resumed.Rule, Reason: "its caller may no longer call the tool"}
+			return &Error{Code: CodePolicyDenied,
+				Message: fmt.Sprintf("caller %s, which filed this call, may no longer call tool %s (the configuration was reloaded after the call was filed, and took the tool or the call scope from it), so the approval of request %s did not run it; nothing ran",
+					f.caller.ID, f.tool.Name, f.resumed.ID),
+				Suggestion: "Do not retry this call; it is no longer among this caller's tools."}
+		}
 	}
 	d, err := f.st.policy.Decide(ctx, &PolicyInput{Tool: &f.tool.Definition, Arguments: f.args, Caller: f.caller, Context: f.call.Context})
 	if err != nil {

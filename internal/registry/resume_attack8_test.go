@@ -18,13 +18,16 @@ func (d decider) Decide(_ context.Context, in *registry.PolicyInput) (registry.D
 }
 
 // withCallers is a policy whose configuration defines only the callers
-// named in known (registry.CallerChecker).
+// named in known, as they are there (registry.CallerChecker).
 type withCallers struct {
 	decider
-	known map[string]bool
+	known map[string]*registry.Caller
 }
 
-func (w withCallers) CallerExists(c *registry.Caller) bool { return w.known[c.ID] }
+func (w withCallers) CurrentCaller(c *registry.Caller) (*registry.Caller, bool) {
+	now, ok := w.known[c.ID]
+	return now, ok
+}
 
 // asks asks about every call of the privileged tier and allows the rest.
 func asks(in *registry.PolicyInput) registry.Decision {
@@ -35,7 +38,8 @@ func asks(in *registry.PolicyInput) registry.Decision {
 }
 
 // TestApprovalMeetsTheCurrentPolicy: a call approved after a reload added
-// a rule that denies it, or removed the caller that filed it, ends
+// a rule that denies it, or removed the caller that filed it or took the
+// tool or the call scope from it, ends
 // E_POLICY_DENIED without running, recorded and audited as a denial, and
 // the approver's answer says why. A policy that still asks lets the
 // approval run the call, and a condition on the caller's claims sees the
@@ -92,9 +96,27 @@ func TestApprovalMeetsTheCurrentPolicy(t *testing.T) {
 	// The caller is removed.
 	e.Load(reg, decider(asks))
 	gone := file(&registry.Caller{ID: "bob", Scopes: []registry.Scope{registry.ScopeCall}}, "b1")
-	e.Load(reg, withCallers{decider(asks), map[string]bool{"agent": true, "oncall": true}})
+	e.Load(reg, withCallers{decider(asks), map[string]*registry.Caller{"agent": agent, "oncall": oncall}})
 	if out := decide(gone); out.Code() != registry.CodePolicyDenied || !strings.Contains(out.Error.Message, "caller bob, which filed this call, no longer exists") {
 		t.Fatalf("approved after its caller was removed: %+v", out.Error)
+	}
+
+	// The caller is narrowed: the tool, or the call scope, taken from it.
+	e.Load(reg, decider(asks))
+	carol := &registry.Caller{ID: "carol", Scopes: []registry.Scope{registry.ScopeCall}}
+	toolGone, scopeGone, tierGone := file(carol, "c1"), file(carol, "c2"), file(carol, "c3")
+	for _, c := range []struct {
+		id  string
+		now *registry.Caller
+	}{
+		{toolGone, &registry.Caller{ID: "carol", Scopes: []registry.Scope{registry.ScopeCall}, Tools: []string{"fs__*"}}},
+		{scopeGone, &registry.Caller{ID: "carol", Scopes: []registry.Scope{registry.ScopeApprove}}},
+		{tierGone, &registry.Caller{ID: "carol", Scopes: []registry.Scope{registry.ScopeCall}, MaxTier: registry.SideEffecting}},
+	} {
+		e.Load(reg, withCallers{decider(asks), map[string]*registry.Caller{"carol": c.now, "oncall": oncall}})
+		if out := decide(c.id); out.Code() != registry.CodePolicyDenied || !strings.Contains(out.Error.Message, "caller carol, which filed this call, may no longer call tool shell__exec") {
+			t.Fatalf("approved after its caller was narrowed to %+v: %+v", c.now, out.Error)
+		}
 	}
 	if runs.Load() != 0 {
 		t.Fatalf("the tool ran %d times; every approval was refused", runs.Load())
