@@ -2,12 +2,16 @@ package http
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -55,7 +59,8 @@ type JWTOptions struct {
 	}
 	Issuers []JWTIssuer
 	// Client fetches discovery documents and key sets; nil is a client
-	// with a 5s timeout.
+	// with a 5s timeout. Redirects to another host, or from https to
+	// http, are refused whatever its CheckRedirect says.
 	Client *http.Client
 	// Now is the clock for exp and nbf; nil is time.Now.
 	Now    func() time.Time
@@ -79,8 +84,8 @@ type TokenIdentity struct {
 
 type jwtIssuer struct {
 	JWTIssuer
-	keys     *keySet
-	verifier *oidc.IDTokenVerifier
+	keys   *keySet
+	config *oidc.Config
 }
 
 // NewTokenIdentity builds the identity of o; key sets of prev (may be nil)
@@ -111,21 +116,41 @@ func NewTokenIdentity(o JWTOptions, prev *TokenIdentity) *TokenIdentity {
 			}
 		}
 		if ks == nil {
-			ks = &keySet{issuer: is, client: o.Client, now: o.Now, minRefresh: o.MinRefresh, maxAge: o.MaxKeyAge, log: o.Logger}
+			ks = &keySet{issuer: is, client: sameOrigin(o.Client, is.Issuer), now: o.Now, minRefresh: o.MinRefresh, maxAge: o.MaxKeyAge, log: o.Logger}
 		}
 		ks.algs = algorithms(is.Algorithms)
-		ji := &jwtIssuer{JWTIssuer: is, keys: ks}
 		// go-oidc checks the signature (through keys, with the allowed
 		// algorithms only) and iss; aud, exp and nbf are checked below
 		// with the issuer's clock skew.
-		ji.verifier = oidc.NewVerifier(is.Issuer, ks, &oidc.Config{
+		ji := &jwtIssuer{JWTIssuer: is, keys: ks, config: &oidc.Config{
 			SkipClientIDCheck: true, SkipExpiryCheck: true, SupportedSigningAlgs: is.Algorithms,
-		})
+		}}
 		t.issuers[is.Issuer] = ji
 		t.names = append(t.names, is.Issuer)
 	}
 	slices.Sort(t.names)
 	return t
+}
+
+// sameOrigin is c for fetching issuer's keys: it follows a redirect only
+// within the host the request was sent to and never from https to http,
+// since a redirect elsewhere would let whoever answers there choose the
+// keys that sign tokens.
+func sameOrigin(c *http.Client, issuer string) *http.Client {
+	cc := *c
+	cc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		from := via[0].URL
+		switch {
+		case len(via) >= 10:
+			return fmt.Errorf("issuer %s: stopped after 10 redirects", issuer)
+		case req.URL.Host != from.Host:
+			return fmt.Errorf("issuer %s: %s redirects to another host (%s); keys are fetched from the configured host only, so configure the URL the keys are served at", issuer, from.Redacted(), req.URL.Redacted())
+		case from.Scheme == "https" && req.URL.Scheme != "https":
+			return fmt.Errorf("issuer %s: %s redirects from https to %s; keys are fetched over https only once the URL is https", issuer, from.Redacted(), req.URL.Redacted())
+		}
+		return nil
+	}
+	return &cc
 }
 
 func (is JWTIssuer) source() string {
@@ -183,6 +208,13 @@ func (t *TokenIdentity) Token(ctx context.Context, token string) (*registry.Call
 	if err != nil {
 		return nil, refuse("the token is not a JWT signed with an accepted algorithm", err)
 	}
+	// go-oidc reads claims into a struct, which matches names in any
+	// case, and this function reads them from a map, which does not: a
+	// token with both exp and Exp would be checked against one and
+	// admitted by the other.
+	if name, claim := caseVariant(jws.UnsafePayloadWithoutVerification()); name != "" {
+		return nil, refuse(fmt.Sprintf("the token has a claim %s, the registered claim %s in another case; claim names are case-sensitive (RFC 7519), so a token must not carry both or a variant", name, claim), nil)
+	}
 	var unverified struct {
 		Iss string `json:"iss"`
 	}
@@ -202,12 +234,26 @@ func (t *TokenIdentity) Token(ctx context.Context, token string) (*registry.Call
 		return &AuthError{Status: http.StatusUnauthorized, Code: "invalid_token", Description: desc, Issuers: []string{is.Issuer},
 			Err: fmt.Errorf("issuer %s: %w", is.Name, err)}
 	}
-	idt, err := is.verifier.Verify(ctx, token)
+	// go-oidc keeps only the text of the key set's error: keys keeps the
+	// error itself, to tell keys that could not be fetched (the token
+	// may be good: 503) from a signature that does not verify (401).
+	keys := &tokenKeys{keySet: is.keys}
+	idt, err := oidc.NewVerifier(is.Issuer, keys, is.config).Verify(ctx, token)
 	if err != nil {
 		// Say the signature failed, not how: the detail is logged.
 		t.o.Logger.DebugContext(ctx, "token refused", "issuer", is.Issuer, "error", err)
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return nil, &AuthError{Status: http.StatusServiceUnavailable, Description: "the token could not be checked in time; retry", Err: err}
+		var down *keysUnavailableError
+		switch {
+		case errors.As(keys.err, &down):
+			// The token is not at fault: a client told invalid_token
+			// would throw it away.
+			return nil, &AuthError{Status: http.StatusServiceUnavailable,
+				Description: "the identity provider's keys could not be fetched, so the token could not be checked; retry shortly",
+				Err:         fmt.Errorf("issuer %s: %w", is.Name, keys.err)}
+		case errors.Is(keys.err, context.Canceled) || errors.Is(keys.err, context.DeadlineExceeded):
+			return nil, &AuthError{Status: http.StatusServiceUnavailable, Description: "the token could not be checked in time; retry", Err: keys.err}
+		case errors.Is(keys.err, errKidRequired):
+			return nil, refuse(fmt.Sprintf("the token names no key (kid) and the issuer publishes more than %d keys for its algorithm; tokens of this issuer must carry a kid", maxKidless), keys.err)
 		}
 		if strings.HasPrefix(err.Error(), "oidc: failed to unmarshal claims") {
 			// The signature verified; a claim the verifier reads has a
@@ -270,6 +316,28 @@ func (t *TokenIdentity) Token(ctx context.Context, token string) (*registry.Call
 	return c, nil
 }
 
+// caseRegistered are the claims whose names RFC 7519 registers (and
+// OpenID Connect's azp), checked for variants in case.
+var caseRegistered = []string{"iss", "sub", "aud", "exp", "nbf", "iat", "jti", "azp"}
+
+// caseVariant returns a claim of payload whose name is a registered
+// claim's in another case (Exp, AUD, or ſub with a long s, which Go's
+// JSON decoding folds too), and that claim; "" when there is none.
+func caseVariant(payload []byte) (name, claim string) {
+	var c map[string]json.RawMessage
+	if json.Unmarshal(payload, &c) != nil {
+		return "", "" // the checks that follow say what is wrong
+	}
+	for _, n := range slices.Sorted(maps.Keys(c)) {
+		for _, r := range caseRegistered {
+			if n != r && strings.EqualFold(n, r) {
+				return n, r
+			}
+		}
+	}
+	return "", ""
+}
+
 // wrongClaim says which registered claim of a token's payload does not
 // have the JSON type RFC 7519 (or OpenID Connect, for the claims the
 // verifier reads) gives it.
@@ -329,8 +397,45 @@ type keySet struct {
 	keys     *jose.JSONWebKeySet
 	fetched  time.Time     // last attempt
 	loaded   time.Time     // last success
+	failure  error         // of the last attempt; nil when it succeeded
 	fetching chan struct{} // closed when the fetch under way ends; nil when none is
-	jwksURL  string        // discovered; only the fetch under way reads and writes it
+	// jwksURL is the discovered key set's URL, read at discovered; only
+	// the fetch under way reads and writes them.
+	jwksURL    string
+	discovered time.Time
+}
+
+// keysUnavailableError is why a token could not be checked: the keys it
+// needs could not be fetched. The token is not at fault.
+type keysUnavailableError struct{ err error }
+
+func (e *keysUnavailableError) Error() string {
+	return "the issuer's keys could not be fetched: " + e.err.Error()
+}
+
+func (e *keysUnavailableError) Unwrap() error { return e.err }
+
+// maxKidless is how many keys a token without a kid is checked against.
+// Checking a signature with an RSA key costs tens of microseconds, and
+// anyone can send a token: without a bound, a token naming no key would
+// cost a check of every key the issuer publishes (a second or more for
+// thousands of keys).
+const maxKidless = 16
+
+var errKidRequired = errors.New("the token has no kid and the issuer publishes more keys for its algorithm than are tried without one")
+
+// tokenKeys is the issuer's keys as one token's check sees them: go-oidc
+// wraps the key set's error with %v, so err keeps it.
+type tokenKeys struct {
+	*keySet
+	err error
+}
+
+// VerifySignature implements oidc.KeySet.
+func (k *tokenKeys) VerifySignature(ctx context.Context, token string) ([]byte, error) {
+	payload, err := k.keySet.VerifySignature(ctx, token)
+	k.err = err
+	return payload, err
 }
 
 // VerifySignature implements oidc.KeySet.
@@ -347,46 +452,79 @@ func (k *keySet) VerifySignature(ctx context.Context, token string) ([]byte, err
 	if err != nil {
 		return nil, err
 	}
-	if payload, ok := verifyWith(jws, keys, kid); ok {
-		return payload, nil
+	payload, tried, err := verifyWith(jws, keys, kid)
+	if err == nil || errors.Is(err, errKidRequired) || (kid != "" && tried > 0) {
+		return payload, err
 	}
-	if kid != "" && len(keys.Key(kid)) > 0 {
-		return nil, errors.New("signature does not verify")
+	// An unknown kid, or no kid and no key that verifies: the issuer may
+	// have rotated its keys. Only a set other than the one just tried is
+	// worth trying.
+	newer, ferr := k.current(ctx, kid, true)
+	if newer != nil && newer != keys {
+		if payload, _, err = verifyWith(jws, newer, kid); err == nil {
+			return payload, nil
+		}
 	}
-	// An unknown kid: the issuer may have rotated its keys.
-	keys, err = k.current(ctx, kid, true)
-	if err != nil {
-		return nil, err
+	if ferr != nil {
+		return nil, ferr
 	}
-	if payload, ok := verifyWith(jws, keys, kid); ok {
-		return payload, nil
-	}
-	return nil, fmt.Errorf("no key %q verifies the signature", kid)
+	return nil, err
 }
 
-func verifyWith(jws *jose.JSONWebSignature, keys *jose.JSONWebKeySet, kid string) ([]byte, bool) {
-	if keys == nil {
-		return nil, false
+// verifyWith checks jws with the keys of set that kid names (all, when
+// it names none) and whose type and alg fit the token's algorithm; tried
+// is how many it checked.
+func verifyWith(jws *jose.JSONWebSignature, set *jose.JSONWebKeySet, kid string) (payload []byte, tried int, err error) {
+	alg := jws.Signatures[0].Header.Algorithm
+	var candidates []jose.JSONWebKey
+	if set != nil {
+		candidates = set.Keys
+		if kid != "" {
+			candidates = set.Key(kid)
+		}
 	}
-	candidates := keys.Keys
-	if kid != "" {
-		candidates = keys.Key(kid)
+	candidates = slices.DeleteFunc(slices.Clone(candidates), func(key jose.JSONWebKey) bool {
+		return (key.Use != "" && key.Use != "sig") || !fits(key, alg)
+	})
+	if len(candidates) == 0 {
+		return nil, 0, fmt.Errorf("the issuer has no %s key %q", alg, kid)
+	}
+	if kid == "" && len(candidates) > maxKidless {
+		return nil, 0, fmt.Errorf("%w (%d keys for %s, at most %d are tried)", errKidRequired, len(candidates), alg, maxKidless)
 	}
 	for _, key := range candidates {
-		if key.Use != "" && key.Use != "sig" {
-			continue
-		}
 		if payload, err := jws.Verify(key.Key); err == nil {
-			return payload, true
+			return payload, len(candidates), nil
 		}
 	}
-	return nil, false
+	return nil, len(candidates), fmt.Errorf("no %s key %q verifies the signature", alg, kid)
+}
+
+// fits says whether key can have made a signature with alg: its alg, when
+// it names one, is alg, and its type and curve are alg's.
+func fits(key jose.JSONWebKey, alg string) bool {
+	if key.Algorithm != "" && key.Algorithm != alg {
+		return false
+	}
+	switch pub := key.Key.(type) {
+	case *rsa.PublicKey:
+		return strings.HasPrefix(alg, "RS") || strings.HasPrefix(alg, "PS")
+	case *ecdsa.PublicKey:
+		curve := map[string]string{"ES256": "P-256", "ES384": "P-384", "ES512": "P-521"}[alg]
+		return curve != "" && pub.Curve.Params().Name == curve
+	case ed25519.PublicKey:
+		return alg == string(jose.EdDSA)
+	}
+	return false
 }
 
 // current returns the cached keys, fetching them when there are none,
 // when they are old, or (refresh) when kid is not among them, but never
 // twice within minRefresh. While a fetch is under way, a request that has
 // keys to use (and needs no new ones) uses them; the others wait for it.
+// The error is a *keysUnavailableError when the keys wanted could not be
+// fetched: there are none, or (refresh) kid is not among them and the
+// last fetch failed.
 func (k *keySet) current(ctx context.Context, kid string, refresh bool) (*jose.JSONWebKeySet, error) {
 	k.mu.Lock()
 	for k.fetching != nil {
@@ -405,16 +543,13 @@ func (k *keySet) current(ctx context.Context, kid string, refresh bool) (*jose.J
 	}
 	now := k.now()
 	stale := k.keys == nil || now.Sub(k.loaded) > k.maxAge
-	if refresh && k.keys != nil && kid != "" && len(k.keys.Key(kid)) > 0 {
+	if refresh && k.has(kid) {
 		defer k.mu.Unlock()
 		return k.keys, nil // another request fetched it meanwhile
 	}
 	if (!stale && !refresh) || (!k.fetched.IsZero() && now.Sub(k.fetched) < k.minRefresh) {
 		defer k.mu.Unlock()
-		if k.keys == nil {
-			return nil, errors.New("the issuer's keys could not be fetched; retrying soon")
-		}
-		return k.keys, nil
+		return k.keys, k.unavailable(kid, refresh)
 	}
 	k.fetched = now
 	done := make(chan struct{})
@@ -432,15 +567,32 @@ func (k *keySet) current(ctx context.Context, kid string, refresh bool) (*jose.J
 	k.fetching = nil
 	close(done)
 	if err != nil {
+		k.failure = err
 		k.log.Warn("fetching the issuer's keys", "issuer", k.issuer.Issuer, "error", err)
-		if k.keys == nil {
-			return nil, err
-		}
-		return k.keys, nil // keep the keys we have
+		return k.keys, k.unavailable(kid, refresh) // keep the keys we have
 	}
-	k.keys, k.loaded = keys, now
+	k.keys, k.loaded, k.failure = keys, now, nil
 	k.log.Info("issuer keys loaded", "issuer", k.issuer.Issuer, "keys", len(keys.Keys))
 	return k.keys, nil
+}
+
+// has says whether the cached keys hold kid. Call with mu held.
+func (k *keySet) has(kid string) bool {
+	return k.keys != nil && kid != "" && len(k.keys.Key(kid)) > 0
+}
+
+// unavailable is the error of a request for keys the issuer could not
+// give: there are none, or (refresh) newer ones were wanted, for a kid
+// not cached, and the last fetch failed. Cached keys keep serving the
+// tokens they verify while the issuer is down. Call with mu held.
+func (k *keySet) unavailable(kid string, refresh bool) error {
+	switch {
+	case k.keys == nil && k.failure == nil:
+		return &keysUnavailableError{errors.New("no key set has been fetched yet")}
+	case k.keys == nil, refresh && k.failure != nil && !k.has(kid):
+		return &keysUnavailableError{k.failure}
+	}
+	return nil
 }
 
 func (k *keySet) fetch(ctx context.Context) (*jose.JSONWebKeySet, error) {
@@ -452,29 +604,7 @@ func (k *keySet) fetch(ctx context.Context) (*jose.JSONWebKeySet, error) {
 	case k.issuer.JWKSURL != "":
 		raw, err = k.get(ctx, k.issuer.JWKSURL)
 	default:
-		if k.jwksURL == "" {
-			// Read here rather than by oidc.NewProvider, which reads
-			// the document without a bound.
-			raw, err := k.get(ctx, strings.TrimSuffix(k.issuer.Issuer, "/")+"/.well-known/openid-configuration")
-			if err != nil {
-				return nil, fmt.Errorf("OIDC discovery: %w", err)
-			}
-			var doc struct {
-				Issuer  string `json:"issuer"`
-				JWKSURI string `json:"jwks_uri"`
-			}
-			if err := json.Unmarshal(raw, &doc); err != nil {
-				return nil, fmt.Errorf("OIDC discovery: the configuration is not JSON: %w", err)
-			}
-			if doc.Issuer != k.issuer.Issuer {
-				return nil, fmt.Errorf("OIDC discovery: the configuration names issuer %q, not %q", doc.Issuer, k.issuer.Issuer)
-			}
-			if doc.JWKSURI == "" {
-				return nil, fmt.Errorf("OIDC discovery: no jwks_uri")
-			}
-			k.jwksURL = doc.JWKSURI
-		}
-		raw, err = k.get(ctx, k.jwksURL)
+		raw, err = k.fromDiscovery(ctx)
 	}
 	if err != nil {
 		return nil, err
@@ -489,6 +619,58 @@ func (k *keySet) fetch(ctx context.Context) (*jose.JSONWebKeySet, error) {
 		}
 	}
 	return &set, nil
+}
+
+// fromDiscovery fetches the key set at the jwks_uri of the issuer's
+// discovery document. The document is read again when it is older than
+// maxAge and when the key set it named cannot be fetched, so a provider
+// that moves its keys is followed without a restart.
+func (k *keySet) fromDiscovery(ctx context.Context) ([]byte, error) {
+	var jwksErr error
+	if k.jwksURL != "" && k.now().Sub(k.discovered) <= k.maxAge {
+		raw, err := k.get(ctx, k.jwksURL)
+		if err == nil {
+			return raw, nil
+		}
+		jwksErr = err
+	}
+	url, err := k.discover(ctx)
+	switch {
+	case err != nil && jwksErr != nil:
+		return nil, fmt.Errorf("%w; and reading the discovery document again: %w", jwksErr, err)
+	case err != nil:
+		return nil, err
+	}
+	moved := url != k.jwksURL
+	k.jwksURL, k.discovered = url, k.now()
+	if jwksErr != nil && !moved {
+		return nil, jwksErr // the document still names it: no use asking again
+	}
+	return k.get(ctx, url)
+}
+
+// discover reads the issuer's discovery document and returns its
+// jwks_uri. It reads the document itself rather than through
+// oidc.NewProvider, which reads it without a bound.
+func (k *keySet) discover(ctx context.Context) (string, error) {
+	raw, err := k.get(ctx, strings.TrimSuffix(k.issuer.Issuer, "/")+"/.well-known/openid-configuration")
+	if err != nil {
+		return "", fmt.Errorf("OIDC discovery: %w", err)
+	}
+	var doc struct {
+		Issuer  string `json:"issuer"`
+		JWKSURI string `json:"jwks_uri"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return "", fmt.Errorf("OIDC discovery: the configuration is not JSON: %w", err)
+	}
+	if doc.Issuer != k.issuer.Issuer {
+		return "", fmt.Errorf("OIDC discovery: the configuration names issuer %q, not %q", doc.Issuer, k.issuer.Issuer)
+	}
+	if doc.JWKSURI == "" {
+		return "", fmt.Errorf("OIDC discovery: no jwks_uri")
+	}
+	return doc.JWKSURI, nil
 }
 
 func (k *keySet) get(ctx context.Context, url string) ([]byte, error) {

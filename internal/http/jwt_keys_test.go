@@ -129,8 +129,8 @@ func TestJWTDiscoveryDocumentIsBounded(t *testing.T) {
 	tok := sign(t, newRSA(t), "k1", map[string]any{"iss": ts.URL, "aud": "toolsvc", "sub": "alice", "exp": time.Now().Add(time.Hour).Unix()})
 	_, err := id.Token(context.Background(), tok)
 	var ae *AuthError
-	if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized || !strings.Contains(err.Error(), "larger than 1 MiB") {
-		t.Errorf("a discovery document of 64 MiB: %v; want 401 saying it is larger than 1 MiB", err)
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "larger than 1 MiB") {
+		t.Errorf("a discovery document of 64 MiB: %v; want 503 saying it is larger than 1 MiB (the token is not at fault)", err)
 	}
 	if n := written.Load(); n > 16<<20 {
 		t.Errorf("the service read %d bytes of the discovery document", n)
