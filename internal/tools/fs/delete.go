@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -20,8 +19,8 @@ type deleteResult struct {
 }
 
 func (t *tools) deleteTool() *registry.Tool {
-	desc := `Delete a file, symbolic link or directory in the workspace. ` + pathRules + `
-A directory is deleted only with recursive: true, and then with everything in it. A symbolic link is deleted itself, never what it points to. The workspace root cannot be deleted. Deleting cannot be undone.`
+	desc := fmt.Sprintf(`Delete a file, symbolic link or directory in the workspace. %s
+A directory is deleted only with recursive: true, and then with everything in it, down to %d levels below it: deleting a deeper tree stops at the first directory too deep, which the error names so that you can delete it first. A symbolic link is deleted itself, never what it points to. The workspace root cannot be deleted. Deleting cannot be undone.`, pathRules, maxWalkDepth)
 	schema := fmt.Sprintf(`{
   "type": "object",
   "additionalProperties": false,
@@ -48,7 +47,9 @@ func (t *tools) delete(ctx context.Context, req *registry.Request) (any, error) 
 			Message:    "path names the workspace root, which cannot be deleted",
 			Suggestion: "Delete the files or directories inside it one by one."}
 	}
-	wd, err := t.openDir(req)
+	// A missing instance can only mean "not found": peek, so that deletes
+	// under made-up instance keys make no directories.
+	wd, err := t.peekDir(req)
 	if err != nil {
 		return nil, err
 	}
@@ -68,16 +69,8 @@ func (t *tools) delete(ctx context.Context, req *registry.Request) (any, error) 
 				fmt.Sprintf("%s is a directory; nothing was deleted", quoteShort(rel)),
 				"Pass recursive: true to delete the directory and everything in it.")
 		}
-		if err := root.RemoveAll(rel); err != nil {
-			// RemoveAll goes on past what it cannot delete: some of the
-			// directory may be gone.
-			e := fileError(rel, err)
-			var re *registry.Error
-			if errors.As(e, &re) {
-				re.Message += "; some of what the directory held may have been deleted already"
-				re.Suggestion = fmt.Sprintf("Use fs__list on %s to see what is left. ", quoteShort(rel)) + re.Suggestion
-			}
-			return nil, e
+		if err := removeTree(ctx, root, rel, fi); err != nil {
+			return nil, err
 		}
 	} else if err := root.Remove(rel); err != nil {
 		return nil, fileError(rel, err)

@@ -56,7 +56,9 @@ func (t *tools) edit(ctx context.Context, req *registry.Request) (any, error) {
 		return nil, &registry.Error{Code: registry.CodeInvalidArguments, Message: "oldText is empty",
 			Suggestion: "Give the exact text to replace; to create or replace a whole file use fs__write."}
 	}
-	wd, err := t.openDir(req)
+	// fs__edit changes only files that exist: peek, so that edits under
+	// made-up instance keys make no directories.
+	wd, err := t.peekDir(req)
 	if err != nil {
 		return nil, err
 	}

@@ -216,8 +216,9 @@ func (t *tools) openDir(req *registry.Request) (*workspace.Dir, error) {
 	return t.dirWith(req, t.o.Workspace.Open)
 }
 
-// peekDir is openDir for the tools that only read: where the directory
-// does not exist yet, they see an empty one and make none.
+// peekDir is openDir for the tools that only read, or change only what
+// exists (fs__edit, fs__delete): where the directory does not exist yet,
+// they see an empty one and make none.
 func (t *tools) peekDir(req *registry.Request) (*workspace.Dir, error) {
 	return t.dirWith(req, t.o.Workspace.Peek)
 }
@@ -353,6 +354,12 @@ func fileError(rel string, err error) error {
 		return registry.ToolError(
 			fmt.Sprintf("%s does not exist", q),
 			"Paths are relative to the workspace root. Use fs__list to see which files exist.")
+	case errors.Is(inner, syscall.ENOTEMPTY):
+		// Before ErrExist, which it also is: "already exists" would send
+		// the model after the wrong fix.
+		return registry.ToolError(
+			fmt.Sprintf("%s is a directory that is not empty", q),
+			"Something may have put files in it meanwhile: use fs__list to see what it holds, and fs__delete with recursive: true to delete it with everything in it.")
 	case errors.Is(inner, iofs.ErrExist):
 		return registry.ToolError(
 			fmt.Sprintf("%s already exists", q),

@@ -126,7 +126,13 @@ func (t *tools) list(ctx context.Context, req *registry.Request) (any, error) {
 	case w.partial != "":
 		// Whatever else cut the listing, its entries from this directory
 		// are a sample that only looks sorted: say so first.
-		res.Truncated, res.Reason = true, fmt.Sprintf("%s has over %d entries; those read first (in no order) are listed, so names between the ones shown may exist: fs__stat a name you know", quoteShort(w.partial), t.o.MaxScanEntries)
+		over := fmt.Sprintf("%s has over %d entries", quoteShort(w.partial), t.o.MaxScanEntries)
+		if w.partial != rel {
+			// The walk's limit counts every directory it read: this one
+			// may hold far fewer.
+			over = fmt.Sprintf("looked at %d entries, the limit, while reading %s", t.o.MaxScanEntries, quoteShort(w.partial))
+		}
+		res.Truncated, res.Reason = true, over+"; those read first (in no order) are listed, so names between the ones shown may exist: fs__stat a name you know"
 	case w.full && !res.Truncated:
 		res.Truncated, res.Reason = true, fmt.Sprintf("looked at %d entries without finishing; narrow the listing with a deeper path", t.o.MaxScanEntries)
 	}

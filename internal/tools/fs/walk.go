@@ -114,7 +114,13 @@ func (w *walker) readDir(dir string) ([]iofs.DirEntry, error) {
 	for {
 		room := w.limit - w.seen
 		if room <= 0 {
-			w.full, w.partial = true, dir
+			// The limit is reached: the walk is cut only if there is
+			// more to read. A directory of exactly limit entries is read
+			// whole.
+			more, err := f.ReadDir(1)
+			if len(more) > 0 || err != nil && err != io.EOF {
+				w.full, w.partial = true, dir
+			}
 			break
 		}
 		ents, err := f.ReadDir(min(room, 256))
