@@ -115,7 +115,7 @@ type Config struct {
 	OutputHeadPercent int `env:"TOOLSVC_OUTPUT_HEAD_PERCENT" envDefault:"50" desc:"share of a cut process stream kept from its beginning; the rest is kept from its end"`
 
 	APIKey          string `env:"TOOLSVC_API_KEY" desc:"one bearer token with every scope (surrounding whitespace, such as a key file's final newline, is dropped)"`
-	PolicyCostLimit uint64 `env:"TOOLSVC_POLICY_COST_LIMIT" envDefault:"1000000" desc:"CEL evaluation cost limit of one rule condition (over it, the call is denied)"`
+	PolicyCostLimit uint64 `env:"TOOLSVC_POLICY_COST_LIMIT" envDefault:"1000000" desc:"CEL evaluation cost limit of one rule condition (over it, the call is denied); the conditions of one call together may cost four times this"`
 
 	// Auth "none" allows serving a non-loopback address without credentials.
 	Auth string `env:"TOOLSVC_AUTH" desc:"none allows a non-loopback address without credentials (logged as a warning)"`

@@ -77,20 +77,25 @@ func variables(in *registry.PolicyInput) (map[string]any, error) {
 	}, nil
 }
 
-// eval runs a condition. Errors (a missing key, a type mismatch, the cost
-// limit) are returned for the caller to fail closed.
-func (r *rule) eval(ctx context.Context, vars map[string]any) (bool, error) {
-	out, _, err := r.prg.ContextEval(ctx, vars)
+// eval runs a condition and returns its cost too. Errors (a missing key,
+// a type mismatch, the cost limit) are returned for the caller to fail
+// closed.
+func (r *rule) eval(ctx context.Context, vars map[string]any) (bool, uint64, error) {
+	out, det, err := r.prg.ContextEval(ctx, vars)
+	var cost uint64
+	if c := det.ActualCost(); c != nil {
+		cost = *c
+	}
 	if err != nil {
 		msg := err.Error()
 		if strings.Contains(msg, "no such key") {
 			msg += " (test optional arguments with has(args.name) before using them)"
 		}
-		return false, fmt.Errorf("%s", msg)
+		return false, cost, fmt.Errorf("%s", msg)
 	}
 	b, ok := out.Value().(bool)
 	if !ok {
-		return false, fmt.Errorf("condition gave %v, not a boolean", out.Value())
+		return false, cost, fmt.Errorf("condition gave %v, not a boolean", out.Value())
 	}
-	return b, nil
+	return b, cost, nil
 }

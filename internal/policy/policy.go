@@ -6,8 +6,9 @@
 // allow, ask or deny. The strictest matching rule wins (deny > ask >
 // allow; between asks, one only approvers decide over one with
 // callerMayApprove); with no match the tier default applies. Conditions are compiled
-// and type-checked once, at load, with a cost limit at evaluation; a
-// condition that fails to evaluate denies. Each rule may carry match and
+// and type-checked once, at load, with a cost limit at evaluation, and
+// the conditions of one call share a budget; a condition that fails to
+// evaluate, or that the budget leaves unevaluated, denies. Each rule may carry match and
 // notMatch examples that are checked at load, so a rule that does not do
 // what its author meant stops start-up with the file, line and rule.
 //
@@ -22,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"path"
 	"strconv"
 	"strings"
@@ -121,19 +123,33 @@ type Document struct {
 // kilobytes, far from what a runaway comprehension costs.
 const DefaultCostLimit = 1_000_000
 
+// callCostLimits is how many conditions at their limit one call's
+// conditions may cost together unless Options say otherwise. Every rule
+// whose tools match a call is evaluated, so without a bound a call's cost
+// grew with the rules: 500 rules each under the limit took 42 s for one
+// call, past its timeout. A condition at the default limit takes about
+// 0.1 s.
+const callCostLimits = 4
+
 // Options configure a Policy.
 type Options struct {
 	// CostLimit bounds the runtime cost of evaluating one condition
 	// (cel.CostLimit); 0 means DefaultCostLimit. A condition over the limit
 	// denies the call.
 	CostLimit uint64
+	// CallCostLimit bounds the cost of all the conditions evaluated for
+	// one call; 0 means 4 times CostLimit. It is checked before each
+	// condition, so the conditions of a call cost at most CallCostLimit
+	// plus one CostLimit; once it is spent, the call is denied.
+	CallCostLimit uint64
 }
 
 // Policy implements registry.Policy. It is immutable once built and safe
 // for concurrent use.
 type Policy struct {
-	rules    []*rule
-	defaults registry.TierDefaults
+	rules     []*rule
+	defaults  registry.TierDefaults
+	callLimit uint64 // Options.CallCostLimit
 }
 
 var _ registry.Policy = (*Policy)(nil)
@@ -161,7 +177,13 @@ func New(docs []Document, o Options) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	p := &Policy{defaults: registry.DefaultTierEffects()}
+	p := &Policy{defaults: registry.DefaultTierEffects(), callLimit: o.CallCostLimit}
+	if p.callLimit == 0 {
+		p.callLimit = callCostLimits * limit
+		if p.callLimit/callCostLimits != limit {
+			p.callLimit = math.MaxUint64 // a limit so large it overflowed
+		}
+	}
 	set := map[registry.Tier]bool{}
 	names := map[string]string{}
 	for _, d := range docs {
@@ -309,7 +331,7 @@ func (r *rule) checkExample(ex *Example, j int, wantMatch bool) error {
 		if err != nil {
 			return fmt.Errorf("%s: %v", where, err)
 		}
-		condTrue, evalErr = r.eval(context.Background(), vars)
+		condTrue, _, evalErr = r.eval(context.Background(), vars)
 	}
 	switch {
 	case evalErr != nil:
@@ -341,6 +363,7 @@ func (p *Policy) Decide(ctx context.Context, in *registry.PolicyInput) (registry
 		best    *registry.Decision
 		vars    map[string]any
 		varsErr error
+		spent   uint64 // the cost of the conditions evaluated so far
 	)
 	for _, r := range p.rules {
 		if !registry.MatchAny(r.tools, in.Tool.Name) {
@@ -348,12 +371,28 @@ func (p *Policy) Decide(ctx context.Context, in *registry.PolicyInput) (registry
 		}
 		d := registry.Decision{Effect: r.effect, Rule: r.name, Reason: r.reason, CallerMayApprove: r.byCaller}
 		if r.prg != nil {
+			// Fail closed, as a condition that cannot be evaluated
+			// does: the rules left might deny.
+			if err := ctx.Err(); err != nil {
+				d = registry.Decision{Effect: registry.Deny, Rule: r.name,
+					Reason: "the rule's condition was not evaluated: the call ended first (" + err.Error() + ")"}
+				best = &d
+				break
+			}
+			if spent >= p.callLimit {
+				d = registry.Decision{Effect: registry.Deny, Rule: r.name,
+					Reason: fmt.Sprintf("the rule's condition was not evaluated: the policy's conditions had cost %d for this call, and one call's may cost %d in all; smaller arguments cost less to check", spent, p.callLimit)}
+				best = &d
+				break
+			}
 			if vars == nil && varsErr == nil {
 				vars, varsErr = variables(in)
 			}
 			ok, err := false, varsErr
 			if err == nil {
-				ok, err = r.eval(ctx, vars)
+				var cost uint64
+				ok, cost, err = r.eval(ctx, vars)
+				spent += cost
 			}
 			if err != nil {
 				// Fail closed: a condition that cannot be evaluated denies.

@@ -2,11 +2,16 @@ package registry
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"regexp"
+	"regexp/syntax"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -46,10 +51,17 @@ func compileObjectSchema(what, url string, raw json.RawMessage) (*jsonschema.Sch
 	if !ok || obj["type"] != "object" {
 		return nil, fmt.Errorf(`%s schema root must have "type": "object"`, what)
 	}
+	// The guard is a format on the root (a copy: the schema served is
+	// raw), since a format is checked before any member or item is.
+	// Formats apply to strings, so none at an object's root is lost.
+	obj["format"] = patternGuardFormat
+	g := &patternGuard{}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
 	c.UseLoader(noLoader{})
+	c.UseRegexpEngine(compilePattern)
+	c.RegisterFormat(&jsonschema.Format{Name: patternGuardFormat, Validate: g.check})
 	if err := c.AddResource(url, doc); err != nil {
 		return nil, fmt.Errorf("%s schema: %w", what, err)
 	}
@@ -57,7 +69,417 @@ func compileObjectSchema(what, url string, raw json.RawMessage) (*jsonschema.Sch
 	if err != nil {
 		return nil, fmt.Errorf("%s schema: %w", what, err)
 	}
+	if err := g.init(sch); err != nil {
+		return nil, fmt.Errorf("%s schema: %w", what, err)
+	}
 	return sch, nil
+}
+
+// Patterns. Go's regexp takes time linear in its input, but times the
+// size of the pattern's program: a counted repetition such as [a-z]{0,1000}
+// compiles to 2,000 instructions, all of which can be live at every byte.
+// 1 MB of "a" against [a-z]{0,1000}[0-9]{0,1000}X took 15 to 57 s of CPU,
+// uninterruptibly (validation is not bounded by the call's timeout), and
+// ran though maxLength 100 had failed already; 10,000 strings of 100
+// characters, 3 s. So the work is bounded before it starts: the patterns
+// of a schema are measured at load, and every validation first adds up
+// the bytes of its strings times the instructions of the patterns that
+// can apply to each, and fails if that is over maxPatternWork.
+const (
+	// maxPatternWork bounds the bytes times instructions of one
+	// validation's pattern matching: at the worst measured, 7 to 10 ns
+	// each, about 0.3 s. It lets a pattern as large as an IPv6 address's
+	// (965 instructions) check 34,000 characters, an email address's (13)
+	// 2.5 MB.
+	maxPatternWork = 32 << 20
+	// maxPatternProgram bounds one pattern's instructions at load, so that
+	// any pattern can check a string of 4 KiB.
+	maxPatternProgram = maxPatternWork / (4 << 10)
+	// patternGuardFormat names the format that does the adding up.
+	patternGuardFormat = "toolsvc-pattern-work"
+)
+
+// measuredPattern is a compiled pattern and the size of its program.
+type measuredPattern struct {
+	*regexp.Regexp
+	insts int
+}
+
+// compilePattern is the schemas' regexp engine: Go's, measured.
+func compilePattern(s string) (jsonschema.Regexp, error) {
+	re, err := regexp.Compile(s)
+	if err != nil {
+		return nil, err
+	}
+	// regexp.Compile parsed it the same way, without error.
+	parsed, _ := syntax.Parse(s, syntax.Perl)
+	prog, _ := syntax.Compile(parsed.Simplify())
+	return &measuredPattern{Regexp: re, insts: len(prog.Inst)}, nil
+}
+
+// insts is the size of a compiled pattern's program.
+func insts(re jsonschema.Regexp) int {
+	if p, ok := re.(*measuredPattern); ok {
+		return p.insts
+	}
+	return maxPatternProgram // not compiled by compilePattern: assume the worst
+}
+
+// patternGuard adds up the pattern work a validation would do, and fails
+// it beforehand when that is too much.
+type patternGuard struct {
+	root *jsonschema.Schema
+	// patterned holds the subschemas from which a pattern can be applied
+	// (a pattern, patternProperties, or a subschema with them, through
+	// any keyword); the others cost nothing and are not followed.
+	patterned map[*jsonschema.Schema]bool
+	// dynamic lists the subschemas a $dynamicRef or $recursiveRef may
+	// resolve to, which depends on the path taken: all are assumed.
+	dynamic []*jsonschema.Schema
+}
+
+// init measures the patterns of the compiled schema root: it refuses one
+// too large to check a string of reasonable length.
+func (g *patternGuard) init(root *jsonschema.Schema) error {
+	all := map[*jsonschema.Schema]bool{}
+	var order []*jsonschema.Schema
+	var visit func(s *jsonschema.Schema)
+	visit = func(s *jsonschema.Schema) {
+		if s == nil || all[s] {
+			return
+		}
+		all[s] = true
+		order = append(order, s)
+		for _, c := range inPlace(s) {
+			visit(c)
+		}
+		for _, c := range beneath(s) {
+			visit(c)
+		}
+	}
+	visit(root)
+	g.root = root
+	g.patterned = map[*jsonschema.Schema]bool{}
+	for _, s := range order {
+		if s.DynamicAnchor != "" || s.RecursiveAnchor {
+			g.dynamic = append(g.dynamic, s)
+		}
+		res := patternsOf(s)
+		for _, re := range res {
+			if n := insts(re); n > maxPatternProgram {
+				_, at, _ := strings.Cut(s.Location, "#")
+				return fmt.Errorf("the pattern %s at #%s compiles to %d instructions, more than the %d toolsvc runs (the work of matching grows with them): write bounded repetitions such as {0,1000} as * or +, and bound the length with maxLength", clipValue(re.String()), at, n, maxPatternProgram)
+			}
+		}
+		g.patterned[s] = len(res) > 0
+	}
+	// A subschema is patterned if one it leads to is: repeat until no
+	// more are found (the graph may have cycles).
+	for changed := true; changed; {
+		changed = false
+		for _, s := range order {
+			if g.patterned[s] {
+				continue
+			}
+			for _, c := range append(append(inPlace(s), beneath(s)...), g.dynamicTargets(s)...) {
+				if g.patterned[c] {
+					g.patterned[s], changed = true, true
+					break
+				}
+			}
+		}
+	}
+	if g.patterned[root] && (root.Format == nil || root.Format.Name != patternGuardFormat) {
+		// Before draft 2019, a $ref hides the keywords beside it.
+		return errors.New(`its root has a $ref, which hides the root's other keywords before draft 2019-09, and toolsvc needs one there to bound the work of the schema's patterns: declare "$schema": "https://json-schema.org/draft/2020-12/schema" or move the $ref into allOf`)
+	}
+	return nil
+}
+
+// patternsOf returns the patterns s itself applies: pattern, to a string,
+// and patternProperties, to member names.
+func patternsOf(s *jsonschema.Schema) []jsonschema.Regexp {
+	var res []jsonschema.Regexp
+	if s.Pattern != nil {
+		res = append(res, s.Pattern)
+	}
+	for re := range s.PatternProperties {
+		res = append(res, re)
+	}
+	return res
+}
+
+// inPlace returns the subschemas that s applies to the value it applies
+// to.
+func inPlace(s *jsonschema.Schema) []*jsonschema.Schema {
+	out := []*jsonschema.Schema{s.Ref, s.RecursiveRef, s.Not, s.If, s.Then, s.Else}
+	if s.DynamicRef != nil {
+		out = append(out, s.DynamicRef.Ref)
+	}
+	out = append(out, s.AllOf...)
+	out = append(out, s.AnyOf...)
+	out = append(out, s.OneOf...)
+	for _, c := range s.DependentSchemas {
+		out = append(out, c)
+	}
+	for _, d := range s.Dependencies {
+		if c, ok := d.(*jsonschema.Schema); ok {
+			out = append(out, c)
+		}
+	}
+	return slices.DeleteFunc(out, func(c *jsonschema.Schema) bool { return c == nil })
+}
+
+// beneath returns the subschemas that s applies to members, member
+// names and items.
+func beneath(s *jsonschema.Schema) []*jsonschema.Schema {
+	out := []*jsonschema.Schema{s.PropertyNames, s.UnevaluatedProperties, s.Contains, s.Items2020, s.UnevaluatedItems}
+	for _, c := range s.Properties {
+		out = append(out, c)
+	}
+	for _, c := range s.PatternProperties {
+		out = append(out, c)
+	}
+	out = append(out, s.PrefixItems...)
+	for _, a := range []any{s.AdditionalProperties, s.Items, s.AdditionalItems} {
+		switch a := a.(type) {
+		case *jsonschema.Schema:
+			out = append(out, a)
+		case []*jsonschema.Schema:
+			out = append(out, a...)
+		}
+	}
+	return slices.DeleteFunc(out, func(c *jsonschema.Schema) bool { return c == nil })
+}
+
+// dynamicTargets returns what a $dynamicRef or $recursiveRef of s may
+// resolve to besides its static target.
+func (g *patternGuard) dynamicTargets(s *jsonschema.Schema) []*jsonschema.Schema {
+	if s.RecursiveRef != nil || s.DynamicRef != nil {
+		return g.dynamic
+	}
+	return nil
+}
+
+// closure returns the patterned subschemas that the schemas of set apply
+// to one value, set's among them.
+func (g *patternGuard) closure(set []*jsonschema.Schema) []*jsonschema.Schema {
+	seen := map[*jsonschema.Schema]bool{}
+	var out []*jsonschema.Schema
+	for len(set) > 0 {
+		s := set[len(set)-1]
+		set = set[:len(set)-1]
+		if seen[s] || !g.patterned[s] {
+			continue
+		}
+		seen[s] = true
+		out = append(out, s)
+		set = append(set, inPlace(s)...)
+		set = append(set, g.dynamicTargets(s)...)
+	}
+	return out
+}
+
+// check is the guard's format: v is the value the root applies to (the
+// arguments, or a part of them the root applies to again through a $ref).
+func (g *patternGuard) check(v any) error {
+	if g.root == nil || !g.patterned[g.root] {
+		return nil // no pattern to apply
+	}
+	w := patternWork{g: g}
+	w.value(v, []*jsonschema.Schema{g.root}, nil)
+	if w.total <= maxPatternWork {
+		return nil
+	}
+	return w.err()
+}
+
+// patternWork adds up the pattern work of one validation.
+type patternWork struct {
+	g     *patternGuard
+	total int
+	// worst is the string of the most work.
+	worst struct {
+		path  []string
+		s     string
+		work  int
+		re    jsonschema.Regexp // the largest of its patterns
+		count int               // how many patterns apply to it
+		max   int               // its smallest maxLength, or -1
+		name  bool              // a member name of the value at path
+	}
+	strings int // how many strings have patterns to match
+}
+
+// value adds the work of the patterns that the schemas of set, and those
+// they apply in place, would match against v and its members and items.
+// It stops adding once the total is over the bound.
+func (w *patternWork) value(v any, set []*jsonschema.Schema, path []string) {
+	if w.total > maxPatternWork {
+		return
+	}
+	set = w.g.closure(set)
+	if len(set) == 0 {
+		return
+	}
+	switch v := v.(type) {
+	case string:
+		w.str(v, set, ownPattern, path)
+	case map[string]any:
+		// A name is matched against patternProperties, and is a value
+		// to propertyNames.
+		// In order, so that the same arguments get the same message.
+		names := w.g.closure(propertyNames(set))
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			w.name(k, set, names, path)
+			w.value(v[k], members(set, k), append(path, k))
+		}
+	case []any:
+		for i, m := range v {
+			w.value(m, items(set, i), append(path, strconv.Itoa(i)))
+		}
+	}
+}
+
+// name adds the work of matching the member name k against the
+// patternProperties of set and the patterns of names (propertyNames).
+func (w *patternWork) name(k string, set, names []*jsonschema.Schema, path []string) {
+	before := w.worst.work
+	w.str(k, set, namePatterns, path)
+	w.str(k, names, ownPattern, path)
+	if w.worst.work != before {
+		w.worst.name = true
+	}
+}
+
+// str adds the work of matching s against the patterns that of returns
+// for each schema of set.
+func (w *patternWork) str(s string, set []*jsonschema.Schema, of func(*jsonschema.Schema) []jsonschema.Regexp, path []string) {
+	work, count, maxLen := 0, 0, -1
+	var largest jsonschema.Regexp
+	for _, sch := range set {
+		for _, re := range of(sch) {
+			n := insts(re)
+			work += len(s) * n
+			count++
+			if largest == nil || n > insts(largest) {
+				largest = re
+			}
+		}
+		if sch.MaxLength != nil && (maxLen < 0 || *sch.MaxLength < maxLen) {
+			maxLen = *sch.MaxLength
+		}
+	}
+	if count == 0 {
+		return
+	}
+	w.total += work
+	w.strings++
+	if work > w.worst.work {
+		w.worst.path, w.worst.s, w.worst.work, w.worst.re, w.worst.count, w.worst.max = slices.Clone(path), s, work, largest, count, maxLen
+		w.worst.name = false
+	}
+}
+
+func ownPattern(s *jsonschema.Schema) []jsonschema.Regexp {
+	if s.Pattern == nil {
+		return nil
+	}
+	return []jsonschema.Regexp{s.Pattern}
+}
+
+func namePatterns(s *jsonschema.Schema) []jsonschema.Regexp {
+	return slices.Collect(maps.Keys(s.PatternProperties))
+}
+
+func propertyNames(set []*jsonschema.Schema) []*jsonschema.Schema {
+	var out []*jsonschema.Schema
+	for _, s := range set {
+		if s.PropertyNames != nil {
+			out = append(out, s.PropertyNames)
+		}
+	}
+	return out
+}
+
+// members returns the subschemas that set applies to its member k
+// (all of patternProperties, matching or not: this is a bound).
+func members(set []*jsonschema.Schema, k string) []*jsonschema.Schema {
+	var out []*jsonschema.Schema
+	for _, s := range set {
+		if c := s.Properties[k]; c != nil {
+			out = append(out, c)
+		}
+		for _, c := range s.PatternProperties {
+			out = append(out, c)
+		}
+		if c, ok := s.AdditionalProperties.(*jsonschema.Schema); ok {
+			out = append(out, c)
+		}
+		if s.UnevaluatedProperties != nil {
+			out = append(out, s.UnevaluatedProperties)
+		}
+	}
+	return out
+}
+
+// items returns the subschemas that set applies to its item i.
+func items(set []*jsonschema.Schema, i int) []*jsonschema.Schema {
+	var out []*jsonschema.Schema
+	for _, s := range set {
+		if i < len(s.PrefixItems) {
+			out = append(out, s.PrefixItems[i])
+		}
+		switch it := s.Items.(type) {
+		case *jsonschema.Schema:
+			out = append(out, it)
+		case []*jsonschema.Schema:
+			if i < len(it) {
+				out = append(out, it[i])
+			}
+		}
+		if c, ok := s.AdditionalItems.(*jsonschema.Schema); ok {
+			out = append(out, c)
+		}
+		for _, c := range []*jsonschema.Schema{s.Items2020, s.Contains, s.UnevaluatedItems} {
+			if c != nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// patternWorkError is the guard's failure: what, at path below the value
+// checked, is too long to match against the schema's patterns.
+type patternWorkError struct {
+	path []string
+	msg  string
+}
+
+func (e *patternWorkError) Error() string { return e.msg }
+
+// err says which string is too long to check, or, if none is alone,
+// that the strings are too many.
+func (w *patternWork) err() error {
+	worst := w.worst
+	chars := utf8.RuneCountInString(worst.s)
+	if worst.work <= maxPatternWork {
+		return &patternWorkError{msg: fmt.Sprintf("the strings are more than toolsvc checks against the schema's patterns in one call (the first %d, the longest %d characters at %s, are too many already): send fewer or shorter strings",
+			w.strings, chars, cmp.Or(jsonPointer(worst.path), "the root"))}
+	}
+	against := "the pattern " + clipValue(worst.re.String())
+	if worst.count > 1 {
+		against = fmt.Sprintf("its %d patterns", worst.count)
+	}
+	room := maxPatternWork / max(worst.work/len(worst.s), 1)
+	if worst.name {
+		return &patternWorkError{path: worst.path, msg: fmt.Sprintf("has a member name %d characters long, too long to check against %s (toolsvc checks at most about %d characters against it in one call): use a shorter name", chars, against, room)}
+	}
+	if worst.max >= 0 && chars > worst.max {
+		return &patternWorkError{path: worst.path, msg: fmt.Sprintf("is %d characters long, more than its maxLength %d, and too long to check against %s: send at most %d characters", chars, worst.max, against, worst.max)}
+	}
+	return &patternWorkError{path: worst.path, msg: fmt.Sprintf("is %d characters long, too long to check against %s (toolsvc checks at most about %d characters against it in one call): send a shorter string", chars, against, room)}
 }
 
 // maxDetailMessage bounds each detail's message, in characters: a value,
@@ -145,6 +567,14 @@ func violations(p *message.Printer, ve *jsonschema.ValidationError) []violation 
 			out = append(out, violations(p, c)...)
 		}
 		return out
+	}
+	if f, ok := ve.ErrorKind.(*kind.Format); ok {
+		var pw *patternWorkError
+		if errors.As(f.Err, &pw) {
+			// Said of the string too long, not of the value checked.
+			path := jsonPointer(append(slices.Clone(ve.InstanceLocation), pw.path...))
+			return []violation{{Detail{Path: path, Message: pw.msg}, ve.ErrorKind}}
+		}
 	}
 	msg := truncateMessage(describe(p, ve.ErrorKind), maxDetailMessage)
 	return []violation{{Detail{Path: jsonPointer(ve.InstanceLocation), Message: msg}, ve.ErrorKind}}

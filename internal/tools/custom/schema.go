@@ -2,6 +2,7 @@ package custom
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -32,27 +33,46 @@ func schemaJSON(n *yaml.Node) (json.RawMessage, error) {
 		return nil, fmt.Errorf("line %d: want a JSON Schema object with type: object", n.Line)
 	}
 	var buf bytes.Buffer
-	if err := writeJSON(&buf, n, 0); err != nil {
+	if err := writeJSON(&buf, n, 0, 0); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
 }
 
-const maxSchemaDepth = 64
+const (
+	maxSchemaDepth = 64
+	// maxSchemaBytes bounds a schema as JSON. An alias (*a) repeats what
+	// its anchor (&a) holds, so a few hundred bytes of YAML whose anchors
+	// each repeat the one before nine times came to gigabytes: 58 s and
+	// 4.7 GB to load 8 levels, and 3.8 MB served in every catalog from 6.
+	// The schema goes into every prompt that offers the tool; 1 MiB is
+	// sixteen times what an MCP server's tool may have by default.
+	maxSchemaBytes = 1 << 20
+)
 
-func writeJSON(buf *bytes.Buffer, n *yaml.Node, depth int) error {
+// writeJSON writes n as JSON. via is the line of the alias being
+// expanded, if any, which is where a schema too large is said to be.
+func writeJSON(buf *bytes.Buffer, n *yaml.Node, depth, via int) error {
 	if depth > maxSchemaDepth {
 		return fmt.Errorf("line %d: nested more than %d levels", n.Line, maxSchemaDepth)
 	}
+	// Checked before each node: what one node writes itself is at most
+	// one scalar of the file.
+	if buf.Len() > maxSchemaBytes {
+		if via == 0 {
+			return fmt.Errorf("line %d: the schema is more than %d bytes as JSON: make it smaller", n.Line, maxSchemaBytes)
+		}
+		return fmt.Errorf("line %d: the schema is more than %d bytes as JSON through this alias (an alias *name repeats all its anchor &name holds, and the aliases in it): make it smaller, or use fewer aliases", via, maxSchemaBytes)
+	}
 	switch n.Kind {
 	case yaml.AliasNode:
-		return writeJSON(buf, n.Alias, depth+1)
+		return writeJSON(buf, n.Alias, depth+1, cmp.Or(via, n.Line))
 	case yaml.DocumentNode:
 		if len(n.Content) == 0 {
 			buf.WriteString("null")
 			return nil
 		}
-		return writeJSON(buf, n.Content[0], depth+1)
+		return writeJSON(buf, n.Content[0], depth+1, via)
 	case yaml.MappingNode:
 		buf.WriteByte('{')
 		seen := make(map[string]bool, len(n.Content)/2)
@@ -71,7 +91,7 @@ func writeJSON(buf *bytes.Buffer, n *yaml.Node, depth int) error {
 			kb, _ := marshal(k.Value)
 			buf.Write(kb)
 			buf.WriteByte(':')
-			if err := writeJSON(buf, v, depth+1); err != nil {
+			if err := writeJSON(buf, v, depth+1, via); err != nil {
 				return err
 			}
 		}
@@ -82,7 +102,7 @@ func writeJSON(buf *bytes.Buffer, n *yaml.Node, depth int) error {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			if err := writeJSON(buf, c, depth+1); err != nil {
+			if err := writeJSON(buf, c, depth+1, via); err != nil {
 				return err
 			}
 		}
