@@ -421,7 +421,7 @@ func (s *Server) mcpCall(ctx context.Context, ex *mcpExchange, p *mcp.CallToolPa
 		return mcpText(overloadedText(err, waited))
 	}
 	if err != nil {
-		return mcpText("The call could not be taken: " + err.Error())
+		return s.mcpNotTaken(ctx, ex, p.Name, err)
 	}
 	if elicit && res.Status == registry.StatusPendingApproval && res.Approval != nil {
 		if ask := s.mcpAskCaller(ctx, caller, res.Approval.ID); ask != nil {
@@ -429,6 +429,26 @@ func (s *Server) mcpCall(ctx context.Context, ex *mcpExchange, p *mcp.CallToolPa
 		}
 	}
 	return mcpToolResult(res)
+}
+
+// mcpNotTaken is the result of a call the executor refused before it ran
+// (the store not answering, out of disk): the detail POST /calls answers
+// with, which says that the call did not run, so that a model does not go
+// looking for a side effect that never happened. The cause, which may
+// name internals, goes to the log only.
+func (s *Server) mcpNotTaken(ctx context.Context, ex *mcpExchange, tool string, err error) *mcp.CallToolResult {
+	p := problemFor(err)
+	logAt := s.deps.Logger.ErrorContext
+	switch {
+	case ex.done.Err() != nil:
+		// The client left; the answer reaches nobody (see writeProblem).
+		logAt = s.deps.Logger.InfoContext
+	case needsOperator(err):
+		// /readyz says so too; a line per call pages nobody more.
+		logAt = s.deps.Logger.WarnContext
+	}
+	logAt(ctx, "mcp: a tool call could not be taken", "tool", clipTo(tool, maxEchoBytes), "error", err)
+	return mcpText("The call could not be taken: " + p.Detail + ".")
 }
 
 // overloadedText is the result of a call refused for want of capacity,
@@ -565,14 +585,39 @@ func (b *mcpBatch) own(t *registry.Tool) chan struct{} {
 	return ch
 }
 
-// mcpToolResult is the CallToolResult of a result.
+// mcpToolResult is the CallToolResult of a result. A result whose record
+// the store has not taken yet (RecordPending) says so, as POST /calls
+// does with recordPending and Toolsvc-Record: in _meta, for the client,
+// and in a text block of its own after the result, for the model (the
+// first block stays the output, which a client may parse).
 func mcpToolResult(res *registry.Result) *mcp.CallToolResult {
 	w := mcpResult(res)
 	out := &mcp.CallToolResult{IsError: w.IsError, Content: []mcp.Content{&mcp.TextContent{Text: w.Content[0].Text}}}
 	if len(w.StructuredContent) > 0 {
 		out.StructuredContent = w.StructuredContent
 	}
+	if res.RecordPending {
+		out.Meta = mcp.Meta{mcpRecordPendingMeta: true, mcpToolCallIDMeta: res.ToolCallID}
+		out.Content = append(out.Content, &mcp.TextContent{Text: recordPendingText(res.ToolCallID)})
+	}
 	return out
+}
+
+// The _meta keys of a result whose record is not stored yet: the flag,
+// and the call's toolCallId, under which GET /calls/{toolCallId} reads the
+// record once it is (an MCP tools/call has no toolCallId of its own).
+const (
+	mcpRecordPendingMeta = "toolsvc/recordPending"
+	mcpToolCallIDMeta    = "toolsvc/toolCallId"
+)
+
+// recordPendingText tells the model that the result it got is real but
+// not yet stored. Repeating a tools/call is a new call, which would run
+// the tool again: the model must not do that to make sure.
+func recordPendingText(id string) string {
+	return "Note: the tool ran and the result above is its real result, but the service could not store the record of this call yet " +
+		"(its call store did not take it); it holds the result in memory and keeps trying to store it, so it is not yet durable. " +
+		"Do not call the tool again because of this: a new call would run it again. (Tool call id: " + id + ".)"
 }
 
 // mcpRateLimited is the JSON-RPC error of a tools/call over the caller's

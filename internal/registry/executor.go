@@ -282,6 +282,10 @@ type flight struct {
 	// its handler made that were not finished when they answered (nil for
 	// every other call).
 	nested *nested
+	// held is set, for a call of a tool that nests, when a call its
+	// handler made answered with a result whose record is held
+	// (RecordPending); nil for every other call.
+	held *atomic.Bool
 }
 
 // nested counts the calls a Nests tool's handler made that answered
@@ -293,6 +297,10 @@ type nested struct{ unsettled atomic.Int32 }
 // nestedKey carries a *nested in the context of a Nests tool's handler,
 // so that the calls it makes count themselves in it.
 type nestedKey struct{}
+
+// heldKey carries a flight's held in the context of a Nests tool's
+// handler, so that a call it makes whose record is held sets it.
+type heldKey struct{}
 
 // errAnswered ends the pipeline of a call whose result a stage has set.
 var errAnswered = errors.New("answered")
@@ -361,6 +369,20 @@ func (e *Executor) process(ctx context.Context, f *flight) (*Result, error) {
 		}
 	}
 	e.finish(ctx, f)
+	if f.res.RecordPending {
+		if h, ok := ctx.Value(heldKey{}).(*atomic.Bool); ok {
+			h.Store(true) // a call of a plan's, see below
+		}
+	}
+	if f.held != nil && f.held.Load() && f.res.Status == StatusOK && !f.res.RecordPending {
+		// Its answer holds the results of calls whose records are not
+		// stored yet, which a repeat of it answers from (Tool.Nests): it
+		// is no more durable than they are. After finish, so that a
+		// record of its own does not keep the flag.
+		answer := *f.res
+		answer.RecordPending = true
+		f.res = &answer
+	}
 	if f.res.Status == StatusPendingApproval || f.res.Status == StatusRunning {
 		if n, ok := ctx.Value(nestedKey{}).(*nested); ok {
 			n.unsettled.Add(1) // a call of an approved plan's, see finishRecord
@@ -625,6 +647,10 @@ func (e *Executor) runTool(ctx context.Context, f *flight, release func()) (any,
 		lent := &lentSlot{ch: make(chan struct{}, 1)}
 		release = lent.keep(release)
 		ctx = context.WithValue(ctx, lentSlotKey{}, lent)
+	}
+	if f.tool.Nests {
+		f.held = new(atomic.Bool)
+		ctx = context.WithValue(ctx, heldKey{}, f.held)
 	}
 	if f.tool.Nests && f.resumed != nil {
 		// Its record must not keep a state of its calls that goes stale

@@ -86,6 +86,7 @@ func Tools(o Options) ([]*registry.Tool, *Binder) {
 				"A step cannot use another step's output, so put only independent calls in one plan. " +
 				"Each step is checked and run exactly as if you had called its tool directly, and one failed step does not stop the others. " +
 				"A plan cannot contain " + Name + ". " +
+				"A step with \"recordPending\": true ran and its result is real, but the service has not stored it yet (it retries): do not run that step again because of it. " +
 				"Returns {\"ok\": n, \"failed\": n, \"pendingApproval\": n, \"steps\": [{\"step\": n, \"tool\": name, \"status\": \"ok\"|\"error\"|\"pending_approval\", \"output\"|\"error\": ...}]}, the steps in order.",
 			Parameters:     json.RawMessage(schema),
 			OutputSchema:   json.RawMessage(outputSchema),
@@ -138,6 +139,7 @@ const outputSchema = `{
     "ok": {"type": "integer", "minimum": 0, "description": "How many steps succeeded."},
     "failed": {"type": "integer", "minimum": 0, "description": "How many steps failed (status error)."},
     "pendingApproval": {"type": "integer", "minimum": 0, "description": "How many steps wait for a human's approval and have not run."},
+    "recordPending": {"type": "integer", "minimum": 1, "description": "How many steps ran but have no stored record yet (absent when none)."},
     "steps": {
       "type": "array",
       "description": "One result per step, in step order.",
@@ -151,6 +153,7 @@ const outputSchema = `{
           "output": {"description": "The step's output, as its tool returned it."},
           "truncated": {"type": "boolean"},
           "originalBytes": {"type": "integer", "minimum": 0},
+          "recordPending": {"type": "boolean", "description": "The step ran, but the store has not taken its result yet: the service holds it in memory and retries writing it. Until then only this instance has it; if it is lost, the step's record reads E_INTERRUPTED."},
           "error": {
             "type": "object",
             "required": ["code", "message"],
@@ -178,10 +181,13 @@ const outputSchema = `{
 // first so that a model reading a long plan's output (or its cut head)
 // sees the outcome at once, then every step's result in step order.
 type Output struct {
-	OK              int          `json:"ok"`
-	Failed          int          `json:"failed"`
-	PendingApproval int          `json:"pendingApproval"`
-	Steps           []StepResult `json:"steps"`
+	OK              int `json:"ok"`
+	Failed          int `json:"failed"`
+	PendingApproval int `json:"pendingApproval"`
+	// RecordPending counts the steps whose result the store has not
+	// taken yet (StepResult.RecordPending).
+	RecordPending int          `json:"recordPending,omitempty"`
+	Steps         []StepResult `json:"steps"`
 }
 
 type step struct {
@@ -200,6 +206,11 @@ type StepResult struct {
 	OriginalBytes int64                    `json:"originalBytes,omitempty"`
 	Error         *registry.Error          `json:"error,omitempty"`
 	Approval      *registry.ApprovalTicket `json:"approval,omitempty"`
+	// RecordPending is the step result's own (registry.Result): the step
+	// ran, but its record is held in memory until the store takes it, and
+	// reads E_INTERRUPTED if it never does. A plan that dropped it would
+	// answer a plain "ok" that a repeat of the plan may contradict.
+	RecordPending bool `json:"recordPending,omitempty"`
 }
 
 func (b *Binder) run(ctx context.Context, req *registry.Request, o registry.BatchOptions) (any, error) {
@@ -268,7 +279,10 @@ func (b *Binder) run(ctx context.Context, req *registry.Request, o registry.Batc
 	waiting := -1 // the first step not finished (pending approval, or running)
 	for i, res := range results {
 		out.Steps[i] = StepResult{Step: i + 1, Tool: res.ToolName, Status: res.Status, Output: res.Output,
-			Truncated: res.Truncated, OriginalBytes: res.OriginalBytes, Error: res.Error, Approval: res.Approval}
+			Truncated: res.Truncated, OriginalBytes: res.OriginalBytes, Error: res.Error, Approval: res.Approval, RecordPending: res.RecordPending}
+		if res.RecordPending {
+			out.RecordPending++
+		}
 		if res.Error != nil {
 			e := *res.Error // the result's own may be held elsewhere
 			if waiting >= 0 && e.Code == registry.CodeCanceled && strings.Contains(e.Message, registry.HeldText) {

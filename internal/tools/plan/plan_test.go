@@ -120,8 +120,15 @@ func (env *testEnv) plan(t *testing.T, caller *registry.Caller, call *registry.C
 		t.Fatalf("plan output: %v: %s", err, res.Output)
 	}
 	counts := map[registry.Status]int{}
+	held := 0
 	for _, s := range out.Steps {
 		counts[s.Status]++
+		if s.RecordPending {
+			held++
+		}
+	}
+	if out.RecordPending != held {
+		t.Errorf("plan counts %d steps recordPending, steps have %d", out.RecordPending, held)
 	}
 	if out.OK != counts[registry.StatusOK] || out.Failed != counts[registry.StatusError] || out.PendingApproval != counts[registry.StatusPendingApproval] {
 		t.Errorf("plan counts %d/%d/%d, steps %v", out.OK, out.Failed, out.PendingApproval, counts)
