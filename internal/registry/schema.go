@@ -150,10 +150,10 @@ func (g *patternGuard) init(root *jsonschema.Schema) error {
 		}
 		all[s] = true
 		order = append(order, s)
-		for _, c := range inPlace(s) {
+		for _, c := range SchemasInPlace(s) {
 			visit(c)
 		}
-		for _, c := range beneath(s) {
+		for _, c := range SchemasBelow(s) {
 			visit(c)
 		}
 	}
@@ -181,7 +181,7 @@ func (g *patternGuard) init(root *jsonschema.Schema) error {
 			if g.patterned[s] {
 				continue
 			}
-			for _, c := range append(append(inPlace(s), beneath(s)...), g.dynamicTargets(s)...) {
+			for _, c := range append(append(SchemasInPlace(s), SchemasBelow(s)...), g.dynamicTargets(s)...) {
 				if g.patterned[c] {
 					g.patterned[s], changed = true, true
 					break
@@ -209,9 +209,9 @@ func patternsOf(s *jsonschema.Schema) []jsonschema.Regexp {
 	return res
 }
 
-// inPlace returns the subschemas that s applies to the value it applies
-// to.
-func inPlace(s *jsonschema.Schema) []*jsonschema.Schema {
+// SchemasInPlace returns the subschemas that s applies to the value it
+// validates, in a fixed order.
+func SchemasInPlace(s *jsonschema.Schema) []*jsonschema.Schema {
 	out := []*jsonschema.Schema{s.Ref, s.RecursiveRef, s.Not, s.If, s.Then, s.Else}
 	if s.DynamicRef != nil {
 		out = append(out, s.DynamicRef.Ref)
@@ -219,34 +219,36 @@ func inPlace(s *jsonschema.Schema) []*jsonschema.Schema {
 	out = append(out, s.AllOf...)
 	out = append(out, s.AnyOf...)
 	out = append(out, s.OneOf...)
-	for _, c := range s.DependentSchemas {
-		out = append(out, c)
+	for _, k := range slices.Sorted(maps.Keys(s.DependentSchemas)) {
+		out = append(out, s.DependentSchemas[k])
 	}
-	for _, d := range s.Dependencies {
-		if c, ok := d.(*jsonschema.Schema); ok {
-			out = append(out, c)
+	for _, k := range slices.Sorted(maps.Keys(s.Dependencies)) {
+		if d, ok := s.Dependencies[k].(*jsonschema.Schema); ok {
+			out = append(out, d)
 		}
 	}
 	return slices.DeleteFunc(out, func(c *jsonschema.Schema) bool { return c == nil })
 }
 
-// beneath returns the subschemas that s applies to members, member
-// names and items.
-func beneath(s *jsonschema.Schema) []*jsonschema.Schema {
-	out := []*jsonschema.Schema{s.PropertyNames, s.UnevaluatedProperties, s.Contains, s.Items2020, s.UnevaluatedItems}
-	for _, c := range s.Properties {
-		out = append(out, c)
+// SchemasBelow returns the subschemas that s applies to the members,
+// member names and items of the value it validates, and to its decoded
+// content, in a fixed order.
+func SchemasBelow(s *jsonschema.Schema) []*jsonschema.Schema {
+	out := []*jsonschema.Schema{s.PropertyNames, s.UnevaluatedProperties, s.Contains, s.Items2020, s.UnevaluatedItems, s.ContentSchema}
+	for _, k := range slices.Sorted(maps.Keys(s.Properties)) {
+		out = append(out, s.Properties[k])
 	}
-	for _, c := range s.PatternProperties {
-		out = append(out, c)
+	patterns := slices.SortedFunc(maps.Keys(s.PatternProperties), func(a, b jsonschema.Regexp) int { return strings.Compare(a.String(), b.String()) })
+	for _, p := range patterns {
+		out = append(out, s.PatternProperties[p])
 	}
 	out = append(out, s.PrefixItems...)
-	for _, a := range []any{s.AdditionalProperties, s.Items, s.AdditionalItems} {
-		switch a := a.(type) {
+	for _, v := range []any{s.AdditionalProperties, s.Items, s.AdditionalItems} {
+		switch v := v.(type) {
 		case *jsonschema.Schema:
-			out = append(out, a)
+			out = append(out, v)
 		case []*jsonschema.Schema:
-			out = append(out, a...)
+			out = append(out, v...)
 		}
 	}
 	return slices.DeleteFunc(out, func(c *jsonschema.Schema) bool { return c == nil })
@@ -274,7 +276,7 @@ func (g *patternGuard) closure(set []*jsonschema.Schema) []*jsonschema.Schema {
 		}
 		seen[s] = true
 		out = append(out, s)
-		set = append(set, inPlace(s)...)
+		set = append(set, SchemasInPlace(s)...)
 		set = append(set, g.dynamicTargets(s)...)
 	}
 	return out

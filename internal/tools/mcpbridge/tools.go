@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -303,7 +302,7 @@ func inPlaceFanOut(root *jsonschema.Schema) int {
 			return n
 		}
 		n := 1
-		for _, next := range inPlace(s) {
+		for _, next := range registry.SchemasInPlace(s) {
 			n = min(n+count(next), maxSchemaNodes+1)
 		}
 		memo[s] = n
@@ -314,7 +313,7 @@ func inPlaceFanOut(root *jsonschema.Schema) int {
 	seen := map[*jsonschema.Schema]bool{root: true}
 	for i := 0; i < len(all); i++ {
 		most = max(most, count(all[i]))
-		for _, next := range append(inPlace(all[i]), below(all[i])...) {
+		for _, next := range append(registry.SchemasInPlace(all[i]), registry.SchemasBelow(all[i])...) {
 			if !seen[next] {
 				seen[next] = true
 				all = append(all, next)
@@ -338,7 +337,7 @@ func findRefCycle(root *jsonschema.Schema) []*jsonschema.Schema {
 	all := []*jsonschema.Schema{root}
 	seen := map[*jsonschema.Schema]bool{root: true}
 	for i := 0; i < len(all); i++ {
-		for _, next := range append(inPlace(all[i]), below(all[i])...) {
+		for _, next := range append(registry.SchemasInPlace(all[i]), registry.SchemasBelow(all[i])...) {
 			if !seen[next] {
 				seen[next] = true
 				all = append(all, next)
@@ -364,7 +363,7 @@ func findRefCycle(root *jsonschema.Schema) []*jsonschema.Schema {
 		}
 		state[s] = visiting
 		path = append(path, s)
-		for _, next := range inPlace(s) {
+		for _, next := range registry.SchemasInPlace(s) {
 			if cycle := visit(next); cycle != nil {
 				return cycle
 			}
@@ -379,49 +378,6 @@ func findRefCycle(root *jsonschema.Schema) []*jsonschema.Schema {
 		}
 	}
 	return nil
-}
-
-// inPlace returns the schemas that s applies to the value it validates.
-func inPlace(s *jsonschema.Schema) []*jsonschema.Schema {
-	out := []*jsonschema.Schema{s.Ref, s.RecursiveRef, s.Not, s.If, s.Then, s.Else}
-	if s.DynamicRef != nil {
-		out = append(out, s.DynamicRef.Ref)
-	}
-	out = append(out, s.AllOf...)
-	out = append(out, s.AnyOf...)
-	out = append(out, s.OneOf...)
-	for _, k := range slices.Sorted(maps.Keys(s.DependentSchemas)) {
-		out = append(out, s.DependentSchemas[k])
-	}
-	for _, k := range slices.Sorted(maps.Keys(s.Dependencies)) {
-		if d, ok := s.Dependencies[k].(*jsonschema.Schema); ok {
-			out = append(out, d)
-		}
-	}
-	return slices.DeleteFunc(out, func(s *jsonschema.Schema) bool { return s == nil })
-}
-
-// below returns the schemas that s applies to the members and items of
-// the value it validates.
-func below(s *jsonschema.Schema) []*jsonschema.Schema {
-	out := []*jsonschema.Schema{s.PropertyNames, s.UnevaluatedProperties, s.Contains, s.Items2020, s.UnevaluatedItems, s.ContentSchema}
-	for _, k := range slices.Sorted(maps.Keys(s.Properties)) {
-		out = append(out, s.Properties[k])
-	}
-	patterns := slices.SortedFunc(maps.Keys(s.PatternProperties), func(a, b jsonschema.Regexp) int { return strings.Compare(a.String(), b.String()) })
-	for _, p := range patterns {
-		out = append(out, s.PatternProperties[p])
-	}
-	out = append(out, s.PrefixItems...)
-	for _, v := range []any{s.AdditionalProperties, s.Items, s.AdditionalItems} {
-		switch v := v.(type) {
-		case *jsonschema.Schema:
-			out = append(out, v)
-		case []*jsonschema.Schema:
-			out = append(out, v...)
-		}
-	}
-	return slices.DeleteFunc(out, func(s *jsonschema.Schema) bool { return s == nil })
 }
 
 func included(s *Spec, name string) bool {
