@@ -182,7 +182,7 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager, workers *worker
 	var resources []*config.Resource
 	if len(cfg.ConfigPaths) > 0 {
 		var err error
-		if resources, err = config.Load(cfg.ConfigPaths...); err != nil {
+		if resources, err = configOptions(cfg).Load(cfg.ConfigPaths...); err != nil {
 			return nil, err
 		}
 	}
@@ -219,7 +219,7 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager, workers *worker
 			if err := r.Decode(&spec); err != nil {
 				return nil, err
 			}
-			issuers = append(issuers, policy.IssuerDocument{Name: r.Metadata.Name, Source: r.Source(), Dir: filepath.Dir(r.File), Spec: spec})
+			issuers = append(issuers, policy.IssuerDocument{Name: r.Metadata.Name, Source: r.Source(), Dir: filepath.Dir(r.File), Spec: spec, ReadFile: config.ReadFile})
 		case config.KindTool, config.KindMCPServer:
 			// Read by buildCustom.
 		default:
@@ -238,7 +238,7 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager, workers *worker
 		return nil, err
 	}
 	if cfg.APIKey != "" || len(callers) > 0 || len(a.issuers) > 0 {
-		if a.auth, err = policy.NewAuthenticator(policy.AuthOptions{APIKey: cfg.APIKey, Callers: callers, DefaultRate: cfg.defaultRate()}); err != nil {
+		if a.auth, err = policy.NewAuthenticator(policy.AuthOptions{APIKey: cfg.APIKey, Callers: callers, DefaultRate: cfg.defaultRate(), ReadFile: config.ReadFile}); err != nil {
 			return nil, err
 		}
 		a.policy = withCallers(pol, a.auth, a.issuers)
@@ -302,6 +302,20 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager, workers *worker
 		log.Warn("unknown setting: no TOOLSVC_ variable has this name, so it changes nothing", "variable", name)
 	}
 	return a, nil
+}
+
+// configOptions say how build reads TOOLSVC_CONFIG: at start, at every
+// reload and in toolsvc validate, none of its paths may lie inside or
+// contain a directory others write to. Callers write files in the
+// workspace (fs__write), which a configuration directory holding it
+// would load at the next reload: a Caller with every scope, an MCPServer
+// command run unconfined. The data directory is the embedded store's own.
+func configOptions(cfg Config) config.Options {
+	protected := []config.Protected{{Setting: "TOOLSVC_WORKSPACE", Dir: cfg.Workspace, Writers: "callers write files there (fs__write, shell__exec)"}}
+	if cfg.StoreURL == "" {
+		protected = append(protected, config.Protected{Setting: "TOOLSVC_DATA_DIR", Dir: cfg.DataDir, Writers: "the embedded store writes there"})
+	}
+	return config.Options{Setting: "TOOLSVC_CONFIG", Protected: protected}
 }
 
 // confinedTools are the built-in tools whose memory a model drives (a jq

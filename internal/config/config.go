@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -53,8 +54,46 @@ type Resource struct {
 	File  string
 	Line  int
 	spec  *yaml.Node
-	data  []byte // the whole file
-	index int    // the document's position in the file
+	src   *source
+	index int // the document's position in the file
+}
+
+// source is what the resources of one file share: its bytes, and a strict
+// decoder left after the document it decoded last. Decoding a resource
+// decodes its whole document again from the file (see Resource.Decode);
+// resources decoded in file order, as a program reads a kind after
+// another, move the decoder on, so a pass over a file's resources reads
+// it once, where starting from the top for each one took time quadratic
+// in its documents (1000 Callers in one file: 12.5 s).
+type source struct {
+	data []byte
+	mu   sync.Mutex
+	dec  *yaml.Decoder
+	next int // the position of the document dec reads next
+}
+
+// decode decodes the document at index into v.
+func (s *source) decode(index int, v any) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dec == nil || index < s.next {
+		s.dec = yaml.NewDecoder(bytes.NewReader(s.data))
+		s.dec.KnownFields(true)
+		s.next = 0
+	}
+	for ; s.next < index; s.next++ {
+		var skip yaml.Node
+		if err := s.dec.Decode(&skip); err != nil {
+			s.dec = nil
+			return err
+		}
+	}
+	s.next++
+	err := s.dec.Decode(v)
+	if err != nil {
+		s.dec = nil // start again at the next call, whatever was read
+	}
+	return err
 }
 
 // Source is "file:line" of the resource.
@@ -80,15 +119,7 @@ func (r *Resource) Decode(v any) error {
 		{Name: "Spec", Type: rv.Elem().Type(), Tag: `yaml:"spec"`},
 	})
 	w := reflect.New(wrapper)
-	dec := yaml.NewDecoder(bytes.NewReader(r.data))
-	dec.KnownFields(true)
-	for i := 0; i < r.index; i++ {
-		var skip yaml.Node
-		if err := dec.Decode(&skip); err != nil {
-			return fmt.Errorf("%s: %w", r.File, err)
-		}
-	}
-	if err := dec.Decode(w.Interface()); err != nil {
+	if err := r.src.decode(r.index, w.Interface()); err != nil {
 		return fmt.Errorf("%s: %s %q: %s", r.File, r.Kind, r.Metadata.Name, strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	rv.Elem().Set(w.Elem().Field(3))
@@ -110,23 +141,7 @@ func (r *Resource) Errorf(format string, args ...any) error {
 
 // Load reads every resource from paths (files, or directories whose *.yaml
 // and *.yml files are read in name order).
-func Load(paths ...string) ([]*Resource, error) {
-	var out []*Resource
-	for _, p := range paths {
-		files, err := expand(p)
-		if err != nil {
-			return nil, err
-		}
-		for _, f := range files {
-			rs, err := LoadFile(f)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, rs...)
-		}
-	}
-	return out, nil
-}
+func Load(paths ...string) ([]*Resource, error) { return Options{}.Load(paths...) }
 
 func expand(p string) ([]string, error) {
 	info, err := os.Stat(p)
@@ -159,9 +174,9 @@ func expand(p string) ([]string, error) {
 	return files, err
 }
 
-// LoadFile reads the resources of one file.
+// LoadFile reads the resources of one file (see ReadFile).
 func LoadFile(path string) ([]*Resource, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
@@ -171,6 +186,7 @@ func LoadFile(path string) ([]*Resource, error) {
 // Parse reads the resources of one file's contents.
 func Parse(file string, data []byte) ([]*Resource, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
+	src := &source{data: data}
 	var out []*Resource
 	for index := 0; ; index++ {
 		var doc yaml.Node
@@ -189,7 +205,7 @@ func Parse(file string, data []byte) ([]*Resource, error) {
 			return nil, err
 		}
 		if r != nil {
-			r.data, r.index = data, index
+			r.src, r.index = src, index
 			out = append(out, r)
 		}
 	}

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -93,8 +92,8 @@ func (v *Value) UnmarshalYAML(n *yaml.Node) error {
 
 // Resolve returns the value: the literal, the environment variable
 // (through lookup; nil finds none) or the file's contents (a relative
-// path is taken from baseDir). Errors name the variable or file, never a
-// value.
+// path is taken from baseDir; see ReadFile). Errors name the variable or
+// file, never a value.
 func (v Value) Resolve(lookup LookupEnv, baseDir string) (string, error) {
 	switch {
 	case v.Literal != nil:
@@ -111,7 +110,7 @@ func (v Value) Resolve(lookup LookupEnv, baseDir string) (string, error) {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(baseDir, p)
 		}
-		b, err := os.ReadFile(p)
+		b, err := ReadFile(p)
 		if err != nil {
 			return "", fmt.Errorf("line %d: reading value file: %w", v.Line, err)
 		}

@@ -98,6 +98,11 @@ type IssuerDocument struct {
 	// Dir is the directory of the resource's file (for jwksFile).
 	Dir  string
 	Spec IssuerSpec
+	// ReadFile reads jwksFile, at start and whenever a token names a key
+	// the set lacks; nil is os.ReadFile. The program passes
+	// config.ReadFile, which refuses a named pipe or a device (a read that
+	// never ends) and bounds the size.
+	ReadFile func(name string) ([]byte, error)
 }
 
 // The limits of an Issuer resource.
@@ -127,6 +132,7 @@ type Issuer struct {
 	where       string // the resource, for errors
 	defaultRate *registry.RateLimit
 	rules       []issuerRule
+	readFile    func(name string) ([]byte, error)
 }
 
 type issuerRule struct {
@@ -203,7 +209,10 @@ func newIssuer(d IssuerDocument, defaultRate *RateLimitSpec) (*Issuer, error) {
 	if n != 1 {
 		return nil, fmt.Errorf("set exactly one key source: discovery: true, jwksUrl or jwksFile")
 	}
-	is := &Issuer{Name: d.Name, Issuer: s.Issuer, Audience: s.Audience, Discovery: s.Discovery, JWKSURL: s.JWKSURL, spec: s}
+	is := &Issuer{Name: d.Name, Issuer: s.Issuer, Audience: s.Audience, Discovery: s.Discovery, JWKSURL: s.JWKSURL, spec: s, readFile: d.ReadFile}
+	if is.readFile == nil {
+		is.readFile = os.ReadFile
+	}
 	if s.Discovery || s.JWKSURL != "" {
 		raw := s.JWKSURL
 		if s.Discovery {
@@ -278,16 +287,12 @@ const maxJWKSBytes = 1 << 20
 // ReadJWKS reads the issuer's JWKS file and checks that it is a JSON
 // object with keys.
 func (is *Issuer) ReadJWKS() ([]byte, error) {
-	fi, err := os.Stat(is.JWKSFile)
+	b, err := is.readFile(is.JWKSFile)
 	if err != nil {
 		return nil, fmt.Errorf("jwksFile: %w", err)
 	}
-	if fi.Size() > maxJWKSBytes {
+	if len(b) > maxJWKSBytes {
 		return nil, fmt.Errorf("jwksFile %s is larger than %d bytes", is.JWKSFile, maxJWKSBytes)
-	}
-	b, err := os.ReadFile(is.JWKSFile)
-	if err != nil {
-		return nil, fmt.Errorf("jwksFile: %w", err)
 	}
 	var set struct {
 		Keys []json.RawMessage `json:"keys"`
