@@ -121,7 +121,7 @@ type Config struct {
 	Auth string `env:"TOOLSVC_AUTH" desc:"none allows a non-loopback address without credentials (logged as a warning)"`
 	// Watch reloads the configuration when its files change (SIGHUP
 	// always does).
-	Watch             bool          `env:"TOOLSVC_WATCH" envDefault:"false" desc:"true reloads the configuration when its files change (SIGHUP always does)"`
+	Watch             bool          `env:"TOOLSVC_WATCH" envDefault:"false" desc:"true reloads the configuration when its *.yaml and *.yml files (or the files TOOLSVC_CONFIG names) change, once two reads of them agree; other files, such as a header's valueFrom.file, need SIGHUP, which always reloads"`
 	MCPConnectTimeout time.Duration `env:"TOOLSVC_MCP_CONNECT_TIMEOUT" envDefault:"10s" desc:"how long one connection attempt to an MCP server may take; start-up and reloads wait this long for new servers"`
 
 	// PublicURL is the service's address as people reach it

@@ -410,7 +410,8 @@ func TestReloadCallers(t *testing.T) {
 	if status, _ := in.as("agent-token", "GET", "/tools", ""); status != 401 {
 		t.Errorf("removed caller after the reload: %d", status)
 	}
-	c.write("callers.yaml", "# nobody\n", 0o644)
+	// No caller left (a policy instead: a file emptied is refused for that).
+	c.write("callers.yaml", "apiVersion: toolsvc/v1\nkind: Policy\nmetadata: {name: p}\nspec: {}\n", 0o644)
 	in.waitFor("the refused reload", func() bool {
 		return strings.Contains(in.get("/metrics"), `toolsvc_config_reloads_total{result="error"} 1`)
 	})

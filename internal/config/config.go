@@ -143,6 +143,17 @@ func (r *Resource) Errorf(format string, args ...any) error {
 // and *.yml files are read in name order).
 func Load(paths ...string) ([]*Resource, error) { return Options{}.Load(paths...) }
 
+// Files returns the files Load reads of path: path itself when it is a
+// file, else the *.yaml and *.yml files under it, hidden ones skipped, in
+// name order.
+func Files(path string) ([]string, error) { return expand(path) }
+
+// IsYAML reports whether name is a file Load reads in a directory: one
+// ending in .yaml or .yml.
+func IsYAML(name string) bool {
+	return strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")
+}
+
 func expand(p string) ([]string, error) {
 	info, err := os.Stat(p)
 	if err != nil {
@@ -165,7 +176,7 @@ func expand(p string) ([]string, error) {
 			}
 			return nil
 		}
-		if !d.IsDir() && (strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+		if !d.IsDir() && IsYAML(path) {
 			files = append(files, path)
 		}
 		return nil

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strings"
 	"time"
 
@@ -73,7 +74,14 @@ func newHTTP(r *config.Resource, s *HTTPSpec, o Options) (*httpBackend, error) {
 	}
 	tr := o.Transport
 	if tr == nil {
-		tr = NewTransport()
+		own := NewTransport()
+		// A reload builds the tools again, each with a transport of its
+		// own, and the old ones would keep their idle connections (and
+		// their two goroutines each) for IdleConnTimeout. Once nothing
+		// holds this backend (its registry was replaced and its calls have
+		// finished), nothing can send on the transport again: close them.
+		runtime.AddCleanup(b, (*http.Transport).CloseIdleConnections, own)
+		tr = own
 	}
 	b.client = &http.Client{
 		Transport: tr,
