@@ -74,7 +74,7 @@ type Config struct {
 	// many are written with one system call.
 	LogFlushInterval   time.Duration `env:"TOOLSVC_LOG_FLUSH_INTERVAL" envDefault:"100ms" desc:"how long log lines may wait in memory before they are written out together (also when 64 KiB are held, and at shutdown); 0 writes each line at once"`
 	DataDir            string        `env:"TOOLSVC_DATA_DIR" envDefault:"./data" desc:"where the embedded store keeps toolsvc.db"`
-	StoreURL           string        `env:"TOOLSVC_STORE_URL" desc:"postgres://…: keep state in PostgreSQL instead, shared by replicas"`
+	StoreURL           string        `env:"TOOLSVC_STORE_URL" desc:"postgres://…: keep state in PostgreSQL instead, shared by replicas; the URL may set pool_max_conns (connections per replica; default the larger of 4 and the CPUs) and connect_timeout (seconds a new connection may take to open; default TOOLSVC_STORE_TIMEOUT)"`
 	StoreSchema        string        `env:"TOOLSVC_STORE_SCHEMA" desc:"PostgreSQL schema to use (created if missing)"`
 	InstanceID         string        `env:"TOOLSVC_INSTANCE_ID" desc:"this replica's name as owner of running calls; set only to a name no two live replicas share"`
 	Retention          time.Duration `env:"TOOLSVC_RETENTION" envDefault:"24h" desc:"how long results, decided approvals and audit entries are kept"`

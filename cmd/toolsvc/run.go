@@ -734,7 +734,7 @@ func absPath(p string) string {
 // embedded store under TOOLSVC_DATA_DIR.
 func openStore(ctx context.Context, cfg Config, log *slog.Logger) (registry.Store, error) {
 	if cfg.StoreURL != "" {
-		s, err := postgres.Open(ctx, postgres.Options{URL: cfg.StoreURL, Schema: cfg.StoreSchema, InstanceID: cfg.InstanceID, Logger: log,
+		s, err := postgres.Open(ctx, postgres.Options{URL: cfg.StoreURL, Schema: cfg.StoreSchema, InstanceID: cfg.InstanceID, Logger: log, ConnectTimeout: cfg.StoreTimeout,
 			CommitWindow: cfg.StoreCommitWindow, CommitMaxOps: cfg.storeCommitMax()})
 		if err != nil {
 			return nil, err

@@ -46,9 +46,18 @@ type Options struct {
 	// of every connection, so several deployments (or test runs) can share
 	// a database.
 	Schema string
-	// MaxConns bounds the pool; 0 keeps pgx's default (the larger of 4 and
-	// the number of CPUs).
+	// MaxConns bounds the pool; 0 keeps the URL's pool_max_conns, or
+	// pgx's default (the larger of 4 and the number of CPUs).
 	MaxConns int32
+	// ConnectTimeout bounds the making of each new connection, the pool's
+	// and the notification listener's, when the URL sets no
+	// connect_timeout; 0 means 5s. The main program passes
+	// TOOLSVC_STORE_TIMEOUT. Without it, the pool made its connections
+	// with pgx's own bound, 2 minutes, apart from the caller's deadline:
+	// a few started while the database did not answer filled the pool,
+	// and the service answered 503 for up to 2 minutes after the
+	// database was back; the listener's reconnection had no bound at all.
+	ConnectTimeout time.Duration
 	// InstanceID names this replica as the owner of the calls it runs; ""
 	// picks a random one at every Open. Set it to a name that is stable
 	// across restarts (a StatefulSet pod name) only if no two live replicas
@@ -56,9 +65,11 @@ type Options struct {
 	// earlier life of this replica left running.
 	InstanceID string
 	// Lease is how long a running call stays claimed without renewal; 0
-	// means 30s. The store renews its calls every Lease/3. A call whose
-	// replica died is interrupted once its lease has lapsed; replicas'
-	// clocks must agree to well within a lease.
+	// means 30s. The store renews its calls every Lease/3, and every
+	// second after a renewal failed. A call whose replica died is
+	// interrupted once its lease has lapsed; replicas' clocks must agree
+	// to well within a lease. The notification listener's connection is
+	// checked every Lease/3 too.
 	Lease time.Duration
 	// MaxPoll is the longest pause between two reads of a waited call
 	// besides notifications; 0 means 2s.
@@ -78,6 +89,9 @@ type Options struct {
 type Store struct {
 	pool    *pgxpool.Pool
 	connCfg *pgx.ConnConfig
+	// dial bounds the making of a connection, and the listener's LISTEN
+	// and checks.
+	dial    time.Duration
 	channel string
 	id      string
 	opened  time.Time
@@ -87,7 +101,9 @@ type Store struct {
 	log     *slog.Logger
 	hub     *store.Hub
 	leases  *store.Leases
-	commit  *store.Committer[*pgx.Batch]
+	// renewNow asks for a renewal of the leases at once.
+	renewNow chan struct{}
+	commit   *store.Committer[*pgx.Batch]
 	// doubts are running records whose insert may have committed although
 	// BeginCall failed; see withdrawDoubts.
 	doubts chan doubt
@@ -141,16 +157,21 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
 	}
+	if cfg.ConnConfig.ConnectTimeout <= 0 {
+		cfg.ConnConfig.ConnectTimeout = cmp.Or(o.ConnectTimeout, defaultConnectTimeout)
+	}
 	s := &Store{
-		connCfg: cfg.ConnConfig.Copy(),
-		id:      o.InstanceID,
-		now:     o.Now,
-		lease:   cmp.Or(o.Lease, 30*time.Second),
-		maxPoll: cmp.Or(o.MaxPoll, 2*time.Second),
-		log:     cmp.Or(o.Logger, slog.New(slog.DiscardHandler)),
-		hub:     store.NewHub(),
-		leases:  store.NewLeases(),
-		doubts:  make(chan doubt, maxDoubts),
+		connCfg:  cfg.ConnConfig.Copy(),
+		dial:     cfg.ConnConfig.ConnectTimeout,
+		id:       o.InstanceID,
+		now:      o.Now,
+		lease:    cmp.Or(o.Lease, 30*time.Second),
+		maxPoll:  cmp.Or(o.MaxPoll, 2*time.Second),
+		log:      cmp.Or(o.Logger, slog.New(slog.DiscardHandler)),
+		hub:      store.NewHub(),
+		leases:   store.NewLeases(),
+		doubts:   make(chan doubt, maxDoubts),
+		renewNow: make(chan struct{}, 1),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -189,8 +210,15 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 			Announce: s.announce,
 			// Its lease has lapsed, or this replica (under a stable
 			// InstanceID) started it in an earlier life.
-			Lapsed:    `(expires_at <= $1 OR (owner = $2 AND updated_at < $3))`,
-			ForUpdate: " FOR UPDATE",
+			Lapsed: `(expires_at <= $1 OR (owner = $2 AND updated_at < $3))`,
+			// Not a call this process runs, or holds the result of, however
+			// late its lease: after an outage of the database longer than
+			// the lease, this replica's own waiters, retries and sweep
+			// ended calls it was still running, and their answers then
+			// said E_INTERRUPTED. The renewal catches up once the database
+			// answers; until then only other replicas may end them.
+			KeepLeased: true,
+			ForUpdate:  " FOR UPDATE",
 		},
 		Read:  runner{s.pool},
 		Write: runner{s.pool},
@@ -231,10 +259,14 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	}()
 	go func() {
 		defer s.wg.Done()
-		s.leases.Renew(bg, s.lease/3, s.log, s.renew)
+		s.renewLeases(bg)
 	}()
 	return s, nil
 }
+
+// defaultConnectTimeout is Options.ConnectTimeout's default, the default
+// of TOOLSVC_STORE_TIMEOUT.
+const defaultConnectTimeout = 5 * time.Second
 
 // inTx is the group commit's transaction: fn queues the statements of
 // the writes, and they are sent in one round trip, which PostgreSQL runs
@@ -368,12 +400,18 @@ func (s *Store) migrate(ctx context.Context, schema string) error {
 
 // listen keeps one connection LISTENing on the store's channel and wakes
 // local waiters for every notification; after each (re)connection it wakes
-// them all, since notifications sent meanwhile are lost.
+// them all, since notifications sent meanwhile are lost. A lost connection
+// may mean the database is gone a while: the leases are renewed at once,
+// which retries every second until it answers again (renewLeases).
 func (s *Store) listen(ctx context.Context, conn *pgx.Conn) {
 	backoff := 100 * time.Millisecond
 	for {
 		err := s.receive(ctx, conn)
 		conn.Close(context.Background())
+		select {
+		case s.renewNow <- struct{}{}:
+		default:
+		}
 		for {
 			if ctx.Err() != nil {
 				return
@@ -395,13 +433,19 @@ func (s *Store) listen(ctx context.Context, conn *pgx.Conn) {
 	}
 }
 
-// subscribe opens a connection outside the pool and LISTENs on it.
+// subscribe opens a connection outside the pool and LISTENs on it. The
+// connection's making is bounded by its ConnectTimeout, and the LISTEN as
+// long: a database that accepted the connection and never answered held
+// the listener's reconnection for good, and notifications from other
+// replicas stopped.
 func (s *Store) subscribe(ctx context.Context) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.connCfg.Copy())
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, `LISTEN `+s.channel); err != nil {
+	lctx, cancel := context.WithTimeout(ctx, s.dial)
+	defer cancel()
+	if _, err := conn.Exec(lctx, `LISTEN `+s.channel); err != nil {
 		conn.Close(context.Background())
 		return nil, err
 	}
@@ -409,12 +453,25 @@ func (s *Store) subscribe(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // receive wakes local waiters for every notification until the connection
-// fails or ctx ends.
+// fails or ctx ends. A connection quiet for a third of a lease is pinged:
+// one the database no longer answers on (a partition, a proxy that holds
+// it open) reports nothing by itself, and notifications would stop.
 func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		wctx, cancel := context.WithTimeout(ctx, s.lease/3)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
 		if err != nil {
-			return err
+			if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			pctx, cancel := context.WithTimeout(ctx, s.dial)
+			err := conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("no answer to a ping within %s: %w", s.dial, err)
+			}
+			continue
 		}
 		s.notifications.Add(1)
 		s.hub.Notify(n.Payload)
@@ -799,6 +856,50 @@ var finishCallSQL = `WITH u AS (
 		RETURNING 1)
 	SELECT count(*) FROM u CROSS JOIN LATERAL (SELECT pg_notify($6, $7)) AS n`
 
+// renewLeases renews the leases of the calls this process runs every
+// third of a lease, and at once when asked (renewNow). After a failed
+// renewal it tries again every second, not a third of a lease later: the
+// leases of a replica that lost the database for longer than a lease have
+// lapsed, and other replicas end such records as E_INTERRUPTED (their
+// waiters, retries and sweeps) until this one renews them, so it does so
+// as soon as the database answers again.
+func (s *Store) renewLeases(ctx context.Context) {
+	every := s.lease / 3
+	retry := min(time.Second, every)
+	t := time.NewTimer(every)
+	defer t.Stop()
+	failed := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.renewNow:
+		}
+		next := every
+		if keys := s.leases.Keys(); len(keys) > 0 {
+			rctx, cancel := context.WithTimeout(ctx, every)
+			err := s.renew(rctx, keys)
+			cancel()
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				if failed == 0 {
+					s.log.Warn("store: renewing call leases failed; retrying every second until the database answers",
+						"calls", len(keys), "err", err)
+				}
+				failed++
+				next = retry
+			case failed > 0:
+				s.log.Info("store: call leases renewed again", "calls", len(keys), "failedAttempts", failed)
+				failed = 0
+			}
+		}
+		t.Reset(next)
+	}
+}
+
 // renew extends the leases of the calls this process runs, and only
 // theirs: a record whose result was lost lapses and is interrupted.
 func (s *Store) renew(ctx context.Context, keys []store.CallKey) error {
@@ -958,8 +1059,11 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time) (int64, err
 	before = store.Micro(before)
 	var total int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Probe rows of instances long gone; not counted as retention.
-		if _, err := tx.Exec(ctx, `DELETE FROM probe WHERE at < $1`, before); err != nil {
+		// Probe rows of other instances (a random id at every start)
+		// not written for an hour: instances long gone. A live one
+		// writes its row again at its next readiness check.
+		if _, err := tx.Exec(ctx, `DELETE FROM probe WHERE instance <> $1 AND at < greatest($2::timestamptz, $3::timestamptz)`,
+			s.id, before, s.clock().Add(-probeKeep)); err != nil {
 			return err
 		}
 		for _, q := range []string{
@@ -978,6 +1082,10 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time) (int64, err
 	})
 	return total, err
 }
+
+// probeKeep is how long DeleteExpired keeps the probe row of an instance
+// that no longer writes it, or the retention when that is shorter.
+const probeKeep = time.Hour
 
 // RevokeSession implements registry.Store. Every replica reads the row
 // it writes.
