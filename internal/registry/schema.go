@@ -72,6 +72,11 @@ func compileObjectSchema(what, url string, raw json.RawMessage) (*jsonschema.Sch
 	if err := g.init(sch); err != nil {
 		return nil, fmt.Errorf("%s schema: %w", what, err)
 	}
+	if !g.patterned[sch] {
+		// No pattern to bound: the validator need not call the guard at
+		// all (a call on every validation of every such schema).
+		sch.Format = nil
+	}
 	return sch, nil
 }
 
