@@ -191,3 +191,36 @@ func TestValidateEmptyConfigEntry(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateRefusesTokenFileInWorkspace: a Caller's tokenFile (or an
+// Issuer's jwksFile) inside the workspace could be replaced by a caller
+// with fs__write, which would then know that Caller's token (or choose
+// the keys that sign tokens): refused, as configuration files there are.
+func TestValidateRefusesTokenFileInWorkspace(t *testing.T) {
+	ws, cfgDir := t.TempDir(), t.TempDir()
+	token := filepath.Join(ws, "callers", "anonymous", "default", "ops.token")
+	putFile(t, token, "s3cret\n")
+	jwks, err := filepath.Abs("../../examples/identity/jwks.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwksInWS := filepath.Join(ws, "jwks.json")
+	b, err := os.ReadFile(jwks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putFile(t, jwksInWS, string(b))
+	for _, c := range []struct{ name, yaml, path string }{
+		{"tokenFile", "apiVersion: toolsvc/v1\nkind: Caller\nmetadata: {name: ops}\nspec:\n  tokenFile: " + token + "\n  scopes: [call, approve, admin]\n", token},
+		{"jwksFile", "apiVersion: toolsvc/v1\nkind: Issuer\nmetadata: {name: i}\nspec:\n  issuer: https://idp.example.test\n  audience: toolsvc\n  jwksFile: " + jwksInWS + "\n  algorithms: [ES256]\n", jwksInWS},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			config := filepath.Join(cfgDir, c.name+".yaml")
+			putFile(t, config, c.yaml)
+			err := validateWithin(t, "TOOLSVC_CONFIG="+config, "TOOLSVC_WORKSPACE="+ws)
+			if err == nil || !strings.Contains(err.Error(), "lies inside TOOLSVC_WORKSPACE") || !strings.Contains(err.Error(), c.path) {
+				t.Errorf("validate: %v; want the %s refused as lying inside TOOLSVC_WORKSPACE", err, c.name)
+			}
+		})
+	}
+}

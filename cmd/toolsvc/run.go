@@ -219,7 +219,7 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager, workers *worker
 			if err := r.Decode(&spec); err != nil {
 				return nil, err
 			}
-			issuers = append(issuers, policy.IssuerDocument{Name: r.Metadata.Name, Source: r.Source(), Dir: filepath.Dir(r.File), Spec: spec, ReadFile: config.ReadFile})
+			issuers = append(issuers, policy.IssuerDocument{Name: r.Metadata.Name, Source: r.Source(), Dir: filepath.Dir(r.File), Spec: spec, ReadFile: configOptions(cfg).ReadFile})
 		case config.KindTool, config.KindMCPServer:
 			// Read by buildCustom.
 		default:
@@ -238,7 +238,7 @@ func build(cfg Config, log *slog.Logger, mcp *mcpbridge.Manager, workers *worker
 		return nil, err
 	}
 	if cfg.APIKey != "" || len(callers) > 0 || len(a.issuers) > 0 {
-		if a.auth, err = policy.NewAuthenticator(policy.AuthOptions{APIKey: cfg.APIKey, Callers: callers, DefaultRate: cfg.defaultRate(), ReadFile: config.ReadFile}); err != nil {
+		if a.auth, err = policy.NewAuthenticator(policy.AuthOptions{APIKey: cfg.APIKey, Callers: callers, DefaultRate: cfg.defaultRate(), ReadFile: configOptions(cfg).ReadFile}); err != nil {
 			return nil, err
 		}
 		a.policy = withCallers(pol, a.auth, a.issuers)

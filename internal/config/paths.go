@@ -69,6 +69,21 @@ func (o Options) Load(paths ...string) ([]*Resource, error) {
 	return out, nil
 }
 
+// ReadFile reads a file the configuration names (a Caller's tokenFile, an
+// Issuer's jwksFile) as the package's ReadFile does, refusing one that
+// lies inside a protected directory: whoever writes there could replace
+// it, and a token file replaced is a token the writer knows.
+func (o Options) ReadFile(path string) ([]byte, error) {
+	real := resolve(path)
+	for _, pr := range o.Protected {
+		if pr.Dir != "" && within(resolve(pr.Dir), real) {
+			return nil, fmt.Errorf("%s (%s) lies inside %s %s, and %s, so it could be replaced: keep the files the configuration names outside %s",
+				path, real, pr.Setting, resolve(pr.Dir), pr.Writers, pr.Setting)
+		}
+	}
+	return ReadFile(path)
+}
+
 func (o Options) setting() string {
 	if o.Setting == "" {
 		return "configuration path"
