@@ -208,27 +208,30 @@ func (t *TokenIdentity) Token(ctx context.Context, token string) (*registry.Call
 	if err != nil {
 		return nil, refuse("the token is not a JWT signed with an accepted algorithm", err)
 	}
+	// Pick the issuer by the (not yet verified) iss, from the payload
+	// read once here.
+	var payload map[string]json.RawMessage
+	if err := json.Unmarshal(jws.UnsafePayloadWithoutVerification(), &payload); err != nil {
+		return nil, refuse("the token's claims are not a JSON object", err)
+	}
 	// go-oidc reads claims into a struct, which matches names in any
 	// case, and this function reads them from a map, which does not: a
 	// token with both exp and Exp would be checked against one and
 	// admitted by the other.
-	if name, claim := caseVariant(jws.UnsafePayloadWithoutVerification()); name != "" {
+	if name, claim := caseVariant(payload); name != "" {
 		return nil, refuse(fmt.Sprintf("the token has a claim %s, the registered claim %s in another case; claim names are case-sensitive (RFC 7519), so a token must not carry both or a variant", name, claim), nil)
 	}
-	var unverified struct {
-		Iss string `json:"iss"`
-	}
-	if err := json.Unmarshal(jws.UnsafePayloadWithoutVerification(), &unverified); err != nil {
-		// An iss that is not a string (a list, say) is not a broken
-		// claims object: say which claim is wrong.
-		if ute := (*json.UnmarshalTypeError)(nil); errors.As(err, &ute) && ute.Field == "iss" {
+	var iss string
+	if raw, ok := payload["iss"]; ok {
+		if err := json.Unmarshal(raw, &iss); err != nil {
+			// An iss that is not a string (a list, say) is not a broken
+			// claims object: say which claim is wrong.
 			return nil, refuse("the token's iss is not a string", err)
 		}
-		return nil, refuse("the token's claims are not a JSON object", err)
 	}
-	is, ok := t.issuers[unverified.Iss]
+	is, ok := t.issuers[iss]
 	if !ok {
-		return nil, refuse("the token's issuer is not accepted", fmt.Errorf("iss %q", unverified.Iss))
+		return nil, refuse("the token's issuer is not accepted", fmt.Errorf("iss %q", iss))
 	}
 	refuse = func(desc string, err error) error {
 		return &AuthError{Status: http.StatusUnauthorized, Code: "invalid_token", Description: desc, Issuers: []string{is.Issuer},
@@ -323,12 +326,8 @@ var caseRegistered = []string{"iss", "sub", "aud", "exp", "nbf", "iat", "jti", "
 // caseVariant returns a claim of payload whose name is a registered
 // claim's in another case (Exp, AUD, or ſub with a long s, which Go's
 // JSON decoding folds too), and that claim; "" when there is none.
-func caseVariant(payload []byte) (name, claim string) {
-	var c map[string]json.RawMessage
-	if json.Unmarshal(payload, &c) != nil {
-		return "", "" // the checks that follow say what is wrong
-	}
-	for _, n := range slices.Sorted(maps.Keys(c)) {
+func caseVariant(payload map[string]json.RawMessage) (name, claim string) {
+	for _, n := range slices.Sorted(maps.Keys(payload)) {
 		for _, r := range caseRegistered {
 			if n != r && strings.EqualFold(n, r) {
 				return n, r
