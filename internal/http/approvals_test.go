@@ -22,30 +22,18 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store/sqlite"
+	"github.com/toolsvc/toolsvc/internal/store/storetest"
 )
-
-// finishFails is a real store whose FinishCall fails while down is set.
-type finishFails struct {
-	registry.Store
-	down atomic.Bool
-}
-
-func (f *finishFails) FinishCall(ctx context.Context, c, id string, r *registry.Result, a *registry.AuditEntry) (*registry.CallRecord, bool, error) {
-	if f.down.Load() {
-		return nil, false, errors.New("store down")
-	}
-	return f.Store.FinishCall(ctx, c, id, r, a)
-}
 
 // TestApprovedRunWhoseRecordIsHeld: the answer to an approval whose run's
 // result the store did not take carries Toolsvc-Record: pending, as the
 // answer to the call itself would.
 func TestApprovedRunWhoseRecordIsHeld(t *testing.T) {
 	st := openStore(t)
-	fs := &finishFails{Store: st}
+	fs := &storetest.FinishFails{Store: st}
 	e := newEnv(t, func(d *Deps, o *registry.Options) { o.Store = fs })
 	approvalID := e.askApproval("held_p")
-	fs.down.Store(true)
+	fs.Down.Store(true)
 	r := e.do("POST", "/approvals/"+approvalID, []byte(`{"decision":"approve"}`), jsonCT, true)
 	var out registry.Result
 	r.json(t, &out)

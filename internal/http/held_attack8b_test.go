@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store/storetest"
 )
 
 // TestGetCallAnswersFromTheHeldResult: a call that finished while the
@@ -20,7 +21,7 @@ import (
 // pending), and a wait ends when the call does.
 func TestGetCallAnswersFromTheHeldResult(t *testing.T) {
 	started, release := make(chan struct{}, 1), make(chan struct{})
-	st := &finishFails{Store: openStore(t)} // FinishCall fails, as on a full disk, while down
+	st := &storetest.FinishFails{Store: openStore(t)} // FinishCall fails, as on a full disk, while down
 	e := newEnv(t, func(d *Deps, o *registry.Options) {
 		reg, err := registry.New(registry.Defaults{Timeout: 10 * time.Second}, &registry.Tool{
 			Definition: registry.Definition{Name: "test__append", Description: "appends", Tier: registry.SideEffecting, Parameters: json.RawMessage(`{"type":"object"}`)},
@@ -35,7 +36,7 @@ func TestGetCallAnswersFromTheHeldResult(t *testing.T) {
 		}
 		o.Registry, o.Store = reg, st
 	})
-	st.down.Store(true)
+	st.Down.Store(true)
 	posted := make(chan response, 1)
 	go func() {
 		req, _ := http.NewRequest("POST", e.ts.URL+"/calls", strings.NewReader(`{"toolName":"test__append","toolCallId":"held-1"}`))
@@ -94,7 +95,7 @@ func TestGetCallAnswersFromTheHeldResult(t *testing.T) {
 	}
 
 	// Once the store takes the result, the stored record answers.
-	st.down.Store(false)
+	st.Down.Store(false)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if n := e.srv.deps.Executor.(*registry.Executor).FlushRecords(ctx); n != 0 {

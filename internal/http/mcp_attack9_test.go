@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store/storetest"
 	"github.com/toolsvc/toolsvc/internal/tools/plan"
 	"github.com/toolsvc/toolsvc/internal/tools/text"
 )
@@ -20,7 +21,7 @@ import (
 // heldEnv is newEnv over a store whose FinishCall fails while fs.down is
 // set, with a side-effecting tool test__write (recorded, so its result
 // can be held) and plan__execute.
-func heldEnv(t *testing.T) (*env, *finishFails, *atomic.Int32) {
+func heldEnv(t *testing.T) (*env, *storetest.FinishFails, *atomic.Int32) {
 	t.Helper()
 	var writes atomic.Int32
 	write := &registry.Tool{
@@ -30,7 +31,7 @@ func heldEnv(t *testing.T) (*env, *finishFails, *atomic.Int32) {
 		}),
 	}
 	planTools, binder := plan.Tools(plan.Options{})
-	fs := &finishFails{Store: openStore(t)}
+	fs := &storetest.FinishFails{Store: openStore(t)}
 	e := newEnv(t, func(d *Deps, o *registry.Options) {
 		reg, err := registry.New(registry.Defaults{Timeout: 5 * time.Second, MaxOutputBytes: 16384, ErrorMessageLimit: 1000},
 			append(append(text.Tools(), write), planTools...)...)
@@ -59,7 +60,7 @@ func TestMCPCallWhoseRecordIsHeldSaysSo(t *testing.T) {
 	defer cs.Close()
 	ctx := t.Context()
 
-	fs.down.Store(true)
+	fs.Down.Store(true)
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "test__write", Arguments: map[string]any{}})
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ func TestMCPCallWhoseRecordIsHeldSaysSo(t *testing.T) {
 	}
 
 	// Once the store takes results, a call is a plain result again.
-	fs.down.Store(false)
+	fs.Down.Store(false)
 	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "test__write", Arguments: map[string]any{}})
 	if err != nil {
 		t.Fatal(err)

@@ -3,28 +3,13 @@ package plan
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store/sqlite"
+	"github.com/toolsvc/toolsvc/internal/store/storetest"
 )
-
-// finishFails is a real store whose FinishCall fails while down is set,
-// as when the database goes away after a tool ran.
-type finishFails struct {
-	registry.Store
-	down atomic.Bool
-}
-
-func (f *finishFails) FinishCall(ctx context.Context, c, id string, r *registry.Result, a *registry.AuditEntry) (*registry.CallRecord, bool, error) {
-	if f.down.Load() {
-		return nil, false, errors.New("store down")
-	}
-	return f.Store.FinishCall(ctx, c, id, r, a)
-}
 
 // TestPlanStepWhoseRecordIsHeldSaysSo: a step that ran while the store
 // could not take its result is answered recordPending, as the call of
@@ -38,7 +23,7 @@ func TestPlanStepWhoseRecordIsHeldSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	fs := &finishFails{Store: st}
+	fs := &storetest.FinishFails{Store: st}
 	env := newTestEnvWith(t, true, registry.Options{Store: fs})
 	args := json.RawMessage(`{"steps":[{"tool":"test__write","arguments":{}},{"tool":"text__transform","arguments":{"operation":"upper","text":"a"}}]}`)
 	// The plan's output, read as a client reads it.
@@ -62,7 +47,7 @@ func TestPlanStepWhoseRecordIsHeldSaysSo(t *testing.T) {
 		return res, out
 	}
 
-	fs.down.Store(true)
+	fs.Down.Store(true)
 	res, out := plan()
 	if !out.Steps[0].RecordPending || out.Steps[0].Status != registry.StatusOK || out.RecordPending != 1 {
 		t.Errorf("the step whose record is held: %+v (plan counts %d held); want ok with recordPending, counted: %s", out.Steps[0], out.RecordPending, res.Output)
@@ -78,7 +63,7 @@ func TestPlanStepWhoseRecordIsHeldSaysSo(t *testing.T) {
 		t.Errorf("repeated while held: %+v (%d writes)", again.Steps[0], env.writes())
 	}
 
-	fs.down.Store(false)
+	fs.Down.Store(false)
 	if n := env.exec.FlushRecords(t.Context()); n != 0 {
 		t.Fatalf("%d results still held once the store is back", n)
 	}
