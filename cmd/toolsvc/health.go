@@ -11,8 +11,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"time"
+
+	"github.com/toolsvc/toolsvc/internal/config"
 )
 
 // health checks a running instance, for container health checks: on
@@ -73,7 +74,7 @@ func health(ctx context.Context, cfg Config, stdout io.Writer) error {
 // servedCertificate returns the DER bytes of the first certificate in a
 // PEM file: the leaf the server presents.
 func servedCertificate(file string) ([]byte, error) {
-	b, err := os.ReadFile(file)
+	b, err := config.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}

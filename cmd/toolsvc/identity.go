@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/toolsvc/toolsvc/internal/config"
 	toolhttp "github.com/toolsvc/toolsvc/internal/http"
 	"github.com/toolsvc/toolsvc/internal/ratelimit"
 )
@@ -74,7 +74,7 @@ func newTLSFiles(cfg Config, log *slog.Logger) (*tlsFiles, error) {
 // reload reads the files and, when they are good, serves them to new
 // connections.
 func (t *tlsFiles) reload() error {
-	pair, err := tls.LoadX509KeyPair(t.cert, t.key)
+	pair, err := loadKeyPair(t.cert, t.key)
 	if err != nil {
 		t.log.Error("TLS: the certificate was not reloaded; the previous one stays", "error", err)
 		return fmt.Errorf("TOOLSVC_TLS_CERT_FILE/TOOLSVC_TLS_KEY_FILE: %w", err)
@@ -83,7 +83,7 @@ func (t *tlsFiles) reload() error {
 	// configuration, which this one replaces at every handshake.
 	c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}, NextProtos: []string{"h2", "http/1.1"}}
 	if t.clientCA != "" {
-		pem, err := os.ReadFile(t.clientCA)
+		pem, err := config.ReadFile(t.clientCA)
 		if err != nil {
 			return fmt.Errorf("TOOLSVC_TLS_CLIENT_CA_FILE: %w", err)
 		}
@@ -100,6 +100,22 @@ func (t *tlsFiles) reload() error {
 		t.log.Info("TLS certificate loaded", "subject", leaf.Subject.String(), "notAfter", leaf.NotAfter)
 	}
 	return nil
+}
+
+// loadKeyPair is tls.LoadX509KeyPair reading its files as configuration
+// files are read: regular files of bounded size, so a named pipe or a
+// device named by mistake is an error at once instead of a start (or a
+// reload) that blocks or fills memory.
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := config.ReadFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := config.ReadFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(cert, key)
 }
 
 // config is the server's TLS configuration: every handshake takes the
