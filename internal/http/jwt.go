@@ -254,7 +254,8 @@ func (t *TokenIdentity) Token(ctx context.Context, token string) (*registry.Call
 				Description: "the identity provider's keys could not be fetched, so the token could not be checked; retry shortly",
 				Err:         fmt.Errorf("issuer %s: %w", is.Name, keys.err)}
 		case errors.Is(keys.err, context.Canceled) || errors.Is(keys.err, context.DeadlineExceeded):
-			return nil, &AuthError{Status: http.StatusServiceUnavailable, Description: "the token could not be checked in time; retry", Err: keys.err}
+			return nil, &AuthError{Status: http.StatusServiceUnavailable, Description: "the token could not be checked in time; retry",
+				Err: fmt.Errorf("issuer %s: %w", is.Name, &keysUnavailableError{keys.err})}
 		case errors.Is(keys.err, errKidRequired):
 			return nil, refuse(fmt.Sprintf("the token names no key (kid) and the issuer publishes more than %d keys for its algorithm; tokens of this issuer must carry a kid", maxKidless), keys.err)
 		}

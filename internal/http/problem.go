@@ -161,7 +161,8 @@ const operatorRetryAfter = 30
 // needsOperator reports whether err is a store failure that only an
 // operator can cure, which /readyz reports too.
 func needsOperator(err error) bool {
-	return errors.Is(err, registry.ErrStoreFull) || errors.Is(err, registry.ErrStoreBroken)
+	var idp *keysUnavailableError
+	return errors.Is(err, registry.ErrStoreFull) || errors.Is(err, registry.ErrStoreBroken) || errors.As(err, &idp)
 }
 
 // clientLeft reports whether r's client went away: net/http cancels a
@@ -206,9 +207,10 @@ func (s *Server) writeProblem(w http.ResponseWriter, r *http.Request, err error)
 		s.deps.Logger.InfoContext(r.Context(), "refused while draining", "path", path, "requestId", requestIDFrom(r.Context()))
 	case p.Status == http.StatusServiceUnavailable && needsOperator(err):
 		// A full disk or a store that cannot write refuses every call
-		// until an operator acts, and /readyz says so: a line per call
-		// at error level (thousands a second under load) pages nobody
-		// more than the first did.
+		// until an operator acts, and /readyz says so; an identity
+		// provider that is down refuses every token it signed until it
+		// is back: a line per call at error level (thousands a second
+		// under load) pages nobody more than the first did.
 		s.deps.Logger.WarnContext(r.Context(), "request failed", "error", err, "path", path, "requestId", requestIDFrom(r.Context()))
 	case p.Status >= 500:
 		s.deps.Logger.ErrorContext(r.Context(), "request failed", "error", err, "path", path, "requestId", requestIDFrom(r.Context()))
