@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/registry"
@@ -26,52 +26,85 @@ type deadlined struct {
 	s registry.Store
 	d time.Duration
 
-	// failures counts the call writes (BeginCall, FinishCall) that failed
-	// in a row; last is the newest failure. See Failing.
-	failures atomic.Int32
-	last     atomic.Pointer[writeFailure]
+	// mu guards run. See Failing.
+	mu  sync.Mutex
+	run failedRun
 }
 
-type writeFailure struct {
-	at  time.Time
-	err error
+// failedRun is the reads (GetCall) and writes (BeginCall, FinishCall) of
+// call records that failed in a row, and the newest failure.
+type failedRun struct {
+	reads, writes int
+	at            time.Time
+	err           error
 }
 
-// failingAfter is how many call writes in a row must fail, and
-// failingFor how recent the last must be, for Failing to report them.
+// failingAfter is how many reads and writes of call records in a row
+// must fail, and failingFor how recent the last must be, for Failing to
+// report them.
 const (
 	failingAfter = 3
 	failingFor   = 30 * time.Second
 )
 
-// Failing reports the newest error when the last failingAfter writes of
-// call records failed, the newest within failingFor: the store answers
-// its readiness probe (which writes a row of its own) while the calls'
-// writes fail, as with a corrupted database file or a locked table.
-// Without writes for failingFor it reports nothing again, so a replica
-// taken out of rotation is tried once more.
+// Failing reports the newest error when the last failingAfter reads or
+// writes of call records failed, the newest within failingFor: the store
+// answers its readiness probe (which writes a row of its own) while the
+// calls' records cannot be read or written, as with a corrupted database
+// file, a locked or dropped table or a database that refuses the
+// statements. A read counts as a write does: a durable call with a
+// toolCallId reads its record before it writes one, and on a locked
+// table it is the read that fails. Without reads or writes for
+// failingFor it reports nothing again, so a replica taken out of
+// rotation is tried once more.
 // Only a store WithDeadline wrapped is watched: any other reports nothing.
 func Failing(s registry.Store) error {
 	t, ok := s.(*deadlined)
-	if !ok || t.failures.Load() < failingAfter {
+	if !ok {
 		return nil
 	}
-	f := t.last.Load()
-	if f == nil || time.Since(f.at) > failingFor {
+	t.mu.Lock()
+	r := t.run
+	t.mu.Unlock()
+	n := r.reads + r.writes
+	if n < failingAfter || time.Since(r.at) > failingFor {
 		return nil
 	}
-	return fmt.Errorf("the last %d writes of call records failed: %w", t.failures.Load(), f.err)
+	what := "reads and writes"
+	switch {
+	case r.reads == 0:
+		what = "writes"
+	case r.writes == 0:
+		what = "reads"
+	}
+	return fmt.Errorf("the last %d %s of call records failed: %w", n, what, r.err)
 }
 
-// note counts the outcome of a call write. A write its caller gave up on
-// (the client left) says nothing about the store.
-func (t *deadlined) note(caller context.Context, err error) {
+// note counts the outcome of a read (write false) or write of a call
+// record. One its caller gave up on (the client left) says nothing about
+// the store, nor does a record that is not there: the store answered. A
+// write that succeeds ends the run; a read that succeeds ends a run of
+// reads only: when writes failed too (a corrupted file, a read-only or
+// full disk, a table whose writes are refused), the reads that still
+// pass, such as clients polling GET /calls/{toolCallId}, do not show
+// that calls can be made again.
+func (t *deadlined) note(caller context.Context, err error, write bool) {
+	if err != nil && caller.Err() != nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	switch {
-	case err == nil:
-		t.failures.Store(0)
-	case caller.Err() == nil:
-		t.last.Store(&writeFailure{at: time.Now(), err: err})
-		t.failures.Add(1)
+	case err == nil || errors.Is(err, registry.ErrNotFound):
+		if write || t.run.writes == 0 {
+			t.run = failedRun{}
+		}
+	case write:
+		t.run.writes++
+		t.run.at, t.run.err = time.Now(), err
+	default:
+		t.run.reads++
+		t.run.at, t.run.err = time.Now(), err
 	}
 }
 
@@ -94,7 +127,7 @@ func (t *deadlined) BeginCall(caller context.Context, rec *registry.CallRecord) 
 	ctx, cancel := t.ctx(caller)
 	defer cancel()
 	stored, created, err := t.s.BeginCall(ctx, rec)
-	t.note(caller, err)
+	t.note(caller, err, true)
 	return stored, created, err
 }
 
@@ -102,14 +135,18 @@ func (t *deadlined) FinishCall(caller context.Context, callerID, toolCallID stri
 	ctx, cancel := t.ctx(caller)
 	defer cancel()
 	stored, ok, err := t.s.FinishCall(ctx, callerID, toolCallID, res, audit)
-	t.note(caller, err)
+	t.note(caller, err, true)
 	return stored, ok, err
 }
 
-func (t *deadlined) GetCall(ctx context.Context, callerID, toolCallID string) (*registry.CallRecord, error) {
-	ctx, cancel := t.ctx(ctx)
+// GetCall implements registry.Store. Its failures count towards Failing
+// as the writes' do (see note).
+func (t *deadlined) GetCall(caller context.Context, callerID, toolCallID string) (*registry.CallRecord, error) {
+	ctx, cancel := t.ctx(caller)
 	defer cancel()
-	return t.s.GetCall(ctx, callerID, toolCallID)
+	rec, err := t.s.GetCall(ctx, callerID, toolCallID)
+	t.note(caller, err, false)
+	return rec, err
 }
 
 func (t *deadlined) WaitCall(ctx context.Context, callerID, toolCallID string) (*registry.CallRecord, error) {
@@ -248,8 +285,12 @@ func (t *deadlined) Ping(ctx context.Context) error {
 	ctx, cancel := t.ctx(ctx)
 	defer cancel()
 	err := t.s.Ping(ctx)
-	if f := t.last.Load(); err == nil && f != nil && errors.Is(f.err, registry.ErrStoreFull) {
-		t.failures.Store(0)
+	if err == nil {
+		t.mu.Lock()
+		if errors.Is(t.run.err, registry.ErrStoreFull) {
+			t.run = failedRun{}
+		}
+		t.mu.Unlock()
 	}
 	return err
 }

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,7 +224,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		Read:  runner{s.pool},
 		Write: runner{s.pool},
 		InTx: func(ctx context.Context, fn func(tx store.Tx) error) error {
-			return full(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(runner{tx}) }))
+			return classify(pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(runner{tx}) }))
 		},
 		Hub:    s.hub,
 		Leases: s.leases,
@@ -278,17 +279,59 @@ func (s *Store) inTx(ctx context.Context, fn func(b *pgx.Batch) error) error {
 	if err := fn(b); err != nil {
 		return err
 	}
-	return full(s.pool.SendBatch(ctx, b).Close())
+	return classify(s.pool.SendBatch(ctx, b).Close())
 }
 
 // full marks err as registry.ErrStoreFull when PostgreSQL ran out of disk
 // space (SQLSTATE 53100, disk_full).
 func full(err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "53100" {
+	if errors.As(err, &pe) && pe.Code == "53100" && !errors.Is(err, registry.ErrStoreFull) {
 		return fmt.Errorf("%w: %w", registry.ErrStoreFull, err)
 	}
 	return err
+}
+
+// classify is full(err), and marks err as registry.ErrStoreBroken when
+// PostgreSQL refuses the statement in a way only an operator can cure
+// (refused): retrying shortly does not help, the answer says so with a
+// longer Retry-After, and the log has a warning per call, not an error.
+func classify(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || errors.Is(err, registry.ErrStoreFull) || errors.Is(err, registry.ErrStoreBroken) {
+		return err
+	}
+	if why := refused(pe.Code); why != "" {
+		return fmt.Errorf("%w (%s): %w", registry.ErrStoreBroken, why, err)
+	}
+	return full(err)
+}
+
+// refused says why a statement that failed with SQLSTATE code cannot
+// succeed until an operator acts, or returns "" when a retry may: a
+// table, column or privilege the program needs is missing (class 42: a
+// table dropped or renamed, a role without the grants), the database
+// takes no writes (a standby, default_transaction_read_only), the login,
+// the database or the schema is gone (class 28, 3D000, 3F000), or the
+// database reports corruption or an I/O error of its own. Not among
+// them: a statement cancelled (57014: statement_timeout, which a slow
+// statement under load also reaches, or pg_cancel_backend), a lock not
+// taken in time (55P03, lock_timeout), a connection ended by the server
+// (class 57P), too many connections or a deadlock (53300, 40P01): the
+// next attempt may pass, and readiness reports them once they repeat
+// (store.Failing).
+func refused(code string) string {
+	switch {
+	case strings.HasPrefix(code, "42"):
+		return "the database refuses toolsvc's statements: a table, column or privilege they need is missing"
+	case code == "25006":
+		return "the database takes no writes (read-only)"
+	case strings.HasPrefix(code, "28"), code == "3D000", code == "3F000":
+		return "the database refuses toolsvc's login, or its database or schema is gone"
+	case code == "XX001", code == "XX002", code == "58030":
+		return "the database reports corrupted data or an I/O error"
+	}
+	return ""
 }
 
 // runner runs the shared statements (store.Tx) on the pool or a
@@ -303,20 +346,31 @@ type runner struct {
 
 func (c runner) Exec(ctx context.Context, q string, args ...any) (int64, error) {
 	tag, err := c.q.Exec(ctx, q, args...)
-	return tag.RowsAffected(), full(err)
+	return tag.RowsAffected(), classify(err)
 }
 
 func (c runner) QueryRow(ctx context.Context, q string, args ...any) store.Row {
-	return c.q.QueryRow(ctx, q, args...)
+	return row{c.q.QueryRow(ctx, q, args...)}
 }
 
 func (c runner) Query(ctx context.Context, q string, args ...any) (store.Rows, error) {
 	r, err := c.q.Query(ctx, q, args...)
 	if err != nil {
-		return nil, err
+		return nil, classify(err)
 	}
-	return r, nil
+	return rows{r}, nil
 }
+
+// row and rows classify the errors of reads as runner.Exec does those of
+// writes.
+type (
+	row  struct{ pgx.Row }
+	rows struct{ pgx.Rows }
+)
+
+func (r row) Scan(dest ...any) error  { return classify(r.Row.Scan(dest...)) }
+func (r rows) Scan(dest ...any) error { return classify(r.Rows.Scan(dest...)) }
+func (r rows) Err() error             { return classify(r.Rows.Err()) }
 
 // announce notifies the store's channel of keys at tx's commit
 // (store.Dialect.Announce).
@@ -395,8 +449,64 @@ func (s *Store) migrate(ctx context.Context, schema string) error {
 			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
 	}
+	return checkSchema(ctx, conn)
+}
+
+// schemaTables are the tables the store uses, each with every column it
+// reads or writes; a test holds them to what the migrations make.
+var schemaTables = []struct{ name, columns string }{
+	{"calls", store.CallColumns},
+	{"approvals", `id, caller_id, tool_call_id, tool_name, tier, rule, reason, arguments_digest, arguments, context,
+		status, created_at, updated_at, expires_at, decided_at, decided_by, decision_reason, filed`},
+	{"audit", store.AuditColumns},
+	{"probe", `instance, at`},
+	{"spills", `id, caller_id, tool_call_id, stream, tool_name, total_bytes, stored_bytes, complete, created_at, expires_at`},
+	{"spill_chunks", `spill_id, seq, data`},
+	{"revoked_sessions", `id, revoked_at, expires_at`},
+}
+
+// checkSchema reads no row of every table and column the store uses, so
+// that a schema missing one (dropped or renamed by hand after its
+// migration, or not readable by the role) fails the start, naming it.
+// Before, the service started ready, and the statements on the missing
+// table failed for good once calls came: a side-effecting call ran and
+// its result could never be recorded when the audit table was gone.
+func checkSchema(ctx context.Context, q interface {
+	Exec(ctx context.Context, q string, args ...any) (pgconn.CommandTag, error)
+}) error {
+	for _, t := range schemaTables {
+		if _, err := q.Exec(ctx, `SELECT `+t.columns+` FROM `+t.name+` LIMIT 0`); err != nil {
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || !strings.HasPrefix(pe.Code, "42") {
+				return fmt.Errorf("checking table %s: %w", t.name, err)
+			}
+			return fmt.Errorf("%w: table %s is not as the migrations made it (%w); it was dropped, renamed or changed by hand, "+
+				"or the role lacks the privilege to read it: restore it (from a backup, or with the migration that made it) "+
+				"or grant the privilege, or use a new TOOLSVC_STORE_SCHEMA, which toolsvc migrates afresh",
+				registry.ErrStoreBroken, t.name, err)
+		}
+	}
 	return nil
 }
+
+// probeSQL writes this instance's probe row ($1, at $2) in a statement
+// that reads no row of every table and column the store uses, as
+// checkSchema does: the probe fails while one is missing, or locked
+// (ACCESS EXCLUSIVE) beyond the probe's deadline. Without it, a table
+// dropped while the service ran failed every statement on it for good
+// while /readyz answered ready: with the audit table gone each call's
+// running record was written, which ended the run of failed writes that
+// store.Failing counts, and its result could not be.
+var probeSQL = func() string {
+	b := []byte(`INSERT INTO probe (instance, at) SELECT $1::text, $2::timestamptz WHERE NOT EXISTS (SELECT 1 FROM `)
+	for i, t := range schemaTables {
+		if i > 0 {
+			b = append(b, ` CROSS JOIN `...)
+		}
+		b = fmt.Appendf(b, `(SELECT %s FROM %s LIMIT 0) AS %s`, t.columns, t.name, t.name)
+	}
+	return string(append(b, `) ON CONFLICT (instance) DO UPDATE SET at = excluded.at`...))
+}()
 
 // listen keeps one connection LISTENing on the store's channel and wakes
 // local waiters for every notification; after each (re)connection it wakes
@@ -931,7 +1041,7 @@ func (s *Store) CreateApproval(ctx context.Context, a *registry.Approval) error 
 	if errors.As(err, &pe) && pe.Code == "23505" {
 		return fmt.Errorf("postgres store: approval %s already exists", a.ID)
 	}
-	return err
+	return classify(err)
 }
 
 // CreateApprovalWithin implements registry.PendingLimiter: the count and
@@ -1080,7 +1190,7 @@ func (s *Store) DeleteExpired(ctx context.Context, before time.Time) (int64, err
 		}
 		return nil
 	})
-	return total, err
+	return total, classify(err)
 }
 
 // probeKeep is how long DeleteExpired keeps the probe row of an instance
@@ -1098,12 +1208,11 @@ func (s *Store) SessionRevoked(ctx context.Context, id string) (bool, error) {
 	return s.sql.SessionRevoked(ctx, id)
 }
 
-// Ping implements registry.Store.
+// Ping implements registry.Store: it writes this instance's probe row,
+// reading no row of every table the store uses (probeSQL).
 func (s *Store) Ping(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO probe (instance, at) VALUES ($1, $2)
-		ON CONFLICT (instance) DO UPDATE SET at = excluded.at`, s.id, s.clock())
-	if err != nil {
-		return fmt.Errorf("write probe: %w", err)
+	if _, err := s.pool.Exec(ctx, probeSQL, s.id, s.clock()); err != nil {
+		return fmt.Errorf("write probe (reading the tables toolsvc uses): %w", classify(err))
 	}
 	return nil
 }

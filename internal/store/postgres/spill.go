@@ -14,5 +14,5 @@ var _ registry.SpillStore = (*Store)(nil)
 func (s *Store) SpillBytes(ctx context.Context) (int64, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(octet_length(data)), 0)::bigint FROM spill_chunks`).Scan(&n)
-	return n, err
+	return n, classify(err)
 }
