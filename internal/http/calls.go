@@ -54,13 +54,15 @@ type wireCall struct {
 // dropped. Bodies in a model provider's own shape keep the provider's other
 // members (a Gemini part's thoughtSignature, an item's status). In every
 // shape, a member toolsvc reads must be given once and in the contract's
-// case (see shape.check).
+// case (see shape.check), and a call is in one shape only: a provider's
+// body may not also carry the tool's name, arguments or id in another's
+// (see callForm.mixed).
 func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '{' {
 		return nil, problem(kindInvalidCall, "a call must be a JSON object")
 	}
-	e, others := callShape.checkAll(raw)
+	e, others, present := callShape.checkPresent(raw)
 	if e != nil {
 		// Nothing of the call is echoed: which of two ids would it be?
 		if e.twice() {
@@ -93,23 +95,28 @@ func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 	}
 	c := w.Call
 	native := false
+	var form *callForm
 	switch {
 	case w.Type == "function" && w.Function != nil:
+		form = &openAIForm
 		c.ToolName, c.Arguments = w.Function.Name, w.Function.Arguments
 		if c.ToolCallID == "" {
 			c.ToolCallID = w.ID
 		}
 	case w.Type == "tool_use":
+		form = &anthropicForm
 		c.ToolName, c.Arguments = w.Name, w.Input
 		if c.ToolCallID == "" {
 			c.ToolCallID = w.ID
 		}
 	case w.Type == "function_call":
+		form = &responsesForm
 		c.ToolName = w.Name
 		if c.ToolCallID == "" {
 			c.ToolCallID = w.CallID
 		}
 	case w.FunctionCall != nil:
+		form = &geminiForm
 		c.ToolName, c.Arguments = w.FunctionCall.Name, w.FunctionCall.Args
 		if c.ToolCallID == "" {
 			c.ToolCallID = w.FunctionCall.ID
@@ -118,6 +125,13 @@ func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 		native = true
 		if unknown == "" {
 			unknown = w.modelMember()
+		}
+	}
+	if form != nil {
+		if detail := form.mixed(present); detail != "" {
+			// Nothing of the call is echoed: which of two names or ids
+			// would it be?
+			return nil, problem(kindInvalidCall, detail)
 		}
 	}
 	// The id is checked before anything is answered: no answer, and no
@@ -148,6 +162,60 @@ func decodeCall(raw []byte, maxDepth int) (*registry.Call, error) {
 		return &c, problem(kindInvalidCall, fmt.Sprintf("timeoutMs is %d; it is a number of milliseconds, at least 1 (leave it out, or send 0, for the tool's own timeout)", c.TimeoutMs))
 	}
 	return &c, nil
+}
+
+// callForm is a model provider's shape of a call.
+type callForm struct {
+	what string // "an OpenAI tool call"
+	// The members that carry the tool's name, the arguments and the
+	// call's id, dotted as the body has them.
+	name, args, id string
+	// own is the form's members among callCarriers.
+	own []string
+}
+
+// The provider shapes decodeCall reads.
+var (
+	openAIForm    = callForm{"an OpenAI tool call", "function.name", "function.arguments", "id", []string{"function", "id"}}
+	anthropicForm = callForm{"an Anthropic tool_use block", "name", "input", "id", []string{"name", "input", "id"}}
+	responsesForm = callForm{"an OpenAI Responses function_call item", "name", "arguments", "call_id", []string{"name", "arguments", "call_id", "id"}}
+	geminiForm    = callForm{"a Gemini functionCall part", "functionCall.name", "functionCall.args", "functionCall.id", []string{"functionCall"}}
+)
+
+// callCarriers are the members of a call, in any shape, that carry the
+// tool's name, the arguments or the call's id, and which of them.
+var callCarriers = []struct{ member, role string }{
+	{"toolName", "name"}, {"function", "name"}, {"functionCall", "name"}, {"name", "name"},
+	{"arguments", "args"}, {"input", "args"},
+	{"toolCallId", "id"}, {"id", "id"}, {"call_id", "id"},
+}
+
+// mixed says what is wrong with a call in form f whose body holds the
+// members present (dotted, as shape.checkPresent gives them), or "" when
+// nothing is: a member that carries the tool's name, the arguments or the
+// id in another shape. Readers differ on which shape counts (toolsvc read
+// the provider's and dropped the rest), so {"toolName": "fs__read",
+// "type": "function", "function": {"name": "fs__delete", …}} would show a
+// person or a log one tool and run another. A toolCallId beside a shape
+// whose own id is absent (a Gemini part often has none) is the call's id.
+func (f *callForm) mixed(present []string) string {
+	for _, c := range callCarriers {
+		if slices.Contains(f.own, c.member) || !slices.Contains(present, c.member) {
+			continue
+		}
+		if c.member == "toolCallId" && !slices.Contains(present, f.id) {
+			continue
+		}
+		own, does := f.name, "names the tool"
+		switch c.role {
+		case "args":
+			own, does = f.args, "holds the arguments"
+		case "id":
+			own, does = f.id, "holds the call's id"
+		}
+		return fmt.Sprintf("the call is %s, whose %q %s, and also has %q, which %s in another shape; JSON readers differ on which one counts, so send the call in one shape", f.what, own, does, c.member, does)
+	}
+	return ""
 }
 
 // badContext says what is wrong with an identifier of a call's context,
@@ -562,11 +630,19 @@ func (s *shape) check(raw []byte) *memberError {
 // that s describes, has a member s does not know: whether a decoder that
 // disallows unknown fields would refuse it.
 func (s *shape) checkAll(raw []byte) (e *memberError, others bool) {
-	e = s.checkIn(raw, "", &others)
+	e = s.checkIn(raw, "", &others, nil)
 	return e, others
 }
 
-func (s *shape) checkIn(raw []byte, prefix string, others *bool) *memberError {
+// checkPresent is checkAll that also returns the members s knows that raw
+// holds, dotted ("functionCall.id"), whatever their values (an "id" of ""
+// or null is there all the same).
+func (s *shape) checkPresent(raw []byte) (e *memberError, others bool, present []string) {
+	e = s.checkIn(raw, "", &others, &present)
+	return e, others, present
+}
+
+func (s *shape) checkIn(raw []byte, prefix string, others *bool, present *[]string) *memberError {
 	// From a bytes.Buffer the decoder reads in place, without a copy.
 	d := jsontext.NewDecoder(bytes.NewBuffer(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 	// Where the walk stops short, others is set: the decoder that
@@ -593,6 +669,9 @@ func (s *shape) checkIn(raw []byte, prefix string, others *bool) *memberError {
 				return &memberError{member: prefix + name}
 			}
 			seen = append(seen, name)
+			if present != nil {
+				*present = append(*present, prefix+name)
+			}
 		} else if want, ok := s.folded[string(appendFolded(buf[:0], name))]; ok {
 			return &memberError{member: prefix + name, want: prefix + want}
 		} else {
@@ -604,7 +683,7 @@ func (s *shape) checkIn(raw []byte, prefix string, others *bool) *memberError {
 			return nil
 		}
 		if inner != nil && v.Kind() == '{' {
-			if e := inner.checkIn(v, prefix+name+".", others); e != nil {
+			if e := inner.checkIn(v, prefix+name+".", others, present); e != nil {
 				return e
 			}
 		}

@@ -109,11 +109,27 @@ func requireJSON(r *http.Request) error {
 	if ct == "" {
 		return problem(kindUnsupportedMediaType, "missing Content-Type; send Content-Type: application/json")
 	}
-	mt, _, err := mime.ParseMediaType(ct)
+	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-		return problem(kindUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported; send Content-Type: application/json", ct))
+		return problem(kindUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported; send Content-Type: application/json", clipTo(ct, maxEchoBytes)))
+	}
+	if msg := badCharset(params); msg != "" {
+		return problem(kindUnsupportedMediaType, msg)
 	}
 	return nil
+}
+
+// badCharset says why a JSON body whose Content-Type has the parameters
+// params cannot be read, or "" when it can: JSON is UTF-8 (RFC 8259,
+// section 8.1), and a body declared in another charset would be read as
+// UTF-8 all the same and refused for a byte that does not say why
+// ("invalid character 'ÿ'"), or, worse, read as other text than was meant.
+func badCharset(params map[string]string) string {
+	cs, ok := params["charset"]
+	if !ok || strings.EqualFold(cs, "utf-8") {
+		return ""
+	}
+	return fmt.Sprintf("Content-Type has charset %s; JSON is read only as UTF-8, so send the body in UTF-8, as Content-Type: application/json (charset=utf-8 or none)", clipTo(cs, maxEchoBytes))
 }
 
 // checkDepth refuses JSON nested deeper than max, before any decoder

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"runtime/debug"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
@@ -60,9 +62,15 @@ func (s *Server) handleMCP() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		jw := &jsonRPCErrors{ResponseWriter: w}
 		defer jw.finish()
+		if _, params, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err == nil && r.Method == http.MethodPost {
+			if msg := badCharset(params); msg != "" {
+				writeJSONRPC(jw, http.StatusUnsupportedMediaType, jsonrpc.CodeInvalidRequest, msg)
+				return
+			}
+		}
 		wants, err := boundBatch(jw, r, s.deps.Limits.MaxRequestBytes)
 		if err != nil {
-			writeJSONRPC(jw, err.status, err.code, err.msg)
+			writeJSONRPCID(jw, err.status, err.id, err.code, err.msg)
 			return
 		}
 		if v := r.Header.Get(mcpVersionHeader); v != "" && !slices.Contains(mcp.SupportedProtocolVersions(), v) {
@@ -308,7 +316,7 @@ type mcpWants struct {
 }
 
 // add notes what one JSON-RPC message, read as the SDK reads it (member
-// names matched exactly, the last of a name given twice), needs, and
+// names matched exactly; none is given twice, twiceInMessage), needs, and
 // returns its method. A message that cannot be read needs nothing: the
 // SDK refuses it without looking at the tools.
 func (w *mcpWants) add(m map[string]json.RawMessage) (method string) {
@@ -330,8 +338,8 @@ func (w *mcpWants) add(m map[string]json.RawMessage) (method string) {
 }
 
 // envelope is a JSON-RPC message's members as the SDK reads them: by
-// their exact names, the last of a name given twice (its decoder matches
-// names case-sensitively). A struct field tagged "id" would be filled by
+// their exact names (its decoder matches names case-sensitively), once
+// boundBatch has refused a name given twice. A struct field tagged "id" would be filled by
 // encoding/json from "Id" or "ID" too, and from the last of them, so
 // {"id":1.5,"Id":2} would pass the id check as 2 and be answered as 1.
 // nil when msg is not a JSON object.
@@ -678,6 +686,101 @@ type rpcError struct {
 	status int
 	code   int64
 	msg    string
+	// id is the request's, when it is known; nil answers with id null.
+	id json.RawMessage
+}
+
+// twiceInMessage returns the first member name that the JSON-RPC message
+// msg, or its params outside the arguments of a call, holds twice in one
+// object, dotted ("params.name"); "" when there is none, or when msg is
+// not a JSON object (the SDK refuses it). inParams says whether the name
+// is within params. JSON readers differ on which of two members counts,
+// and the SDK takes the last, so {"params":{"name":"fs__read","name":
+// "fs__delete"}} would show a proxy, a log or a person one tool and run
+// another, and {"id":7,"id":8} be answered as 8. A name twice within the
+// arguments is the executor's to refuse (E_INVALID_ARGUMENTS, with its
+// JSON pointer), as it is for POST /calls. An envelope's name given twice
+// is reported before one of its params.
+func twiceInMessage(msg []byte) (member string, inParams bool) {
+	d := jsontext.NewDecoder(bytes.NewBuffer(msg), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
+		return "", false
+	}
+	seen := map[string]bool{}
+	inParam := ""
+	for d.PeekKind() == '"' {
+		tok, err := d.ReadToken()
+		if err != nil {
+			break
+		}
+		name := tok.String()
+		if seen[name] {
+			return name, false
+		}
+		seen[name] = true
+		v, err := d.ReadValue()
+		if err != nil {
+			break
+		}
+		if name == "params" && v.Kind() == '{' {
+			if m := twiceInParams(v); m != "" {
+				inParam = "params." + m
+			}
+		}
+	}
+	return inParam, inParam != ""
+}
+
+// twiceInParams is twiceInMessage for the object params, whose
+// "arguments" it leaves to the executor.
+func twiceInParams(params []byte) string {
+	d := jsontext.NewDecoder(bytes.NewBuffer(params), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if _, err := d.ReadToken(); err != nil {
+		return ""
+	}
+	seen := map[string]bool{}
+	for d.PeekKind() == '"' {
+		tok, err := d.ReadToken()
+		if err != nil {
+			return ""
+		}
+		name := tok.String()
+		if seen[name] {
+			return name
+		}
+		seen[name] = true
+		v, err := d.ReadValue()
+		if err != nil {
+			return ""
+		}
+		if k := v.Kind(); name == "arguments" || (k != '{' && k != '[') {
+			continue
+		}
+		// A decoder that refuses duplicate names, on the value alone.
+		var se *jsontext.SyntacticError
+		if _, err := jsontext.NewDecoder(bytes.NewBuffer(v), jsontext.AllowInvalidUTF8(true)).ReadValue(); errors.As(err, &se) && se.Err == jsontext.ErrDuplicateName {
+			path := name
+			for t := range se.JSONPointer.Tokens() {
+				path += "." + t
+			}
+			return path
+		}
+	}
+	return ""
+}
+
+// twiceError is the error for a message whose member is given twice
+// (twiceInMessage), with what of the message is prefixed (for a batch,
+// "message 2 of the batch: "), answered with id: -32602 (invalid params)
+// for a member of params, -32600 (invalid request) for one of the
+// envelope.
+func twiceError(member string, inParams bool, what string, id json.RawMessage) *rpcError {
+	code := int64(jsonrpc.CodeInvalidRequest)
+	if inParams {
+		code = jsonrpc.CodeInvalidParams
+	}
+	return &rpcError{http.StatusBadRequest, code,
+		fmt.Sprintf("%sthe message has the member %q twice; JSON readers differ on which one counts, so send it once", what, clipTo(member, maxEchoBytes)), id}
 }
 
 // boundBatch refuses a JSON-RPC batch that is empty, holds more than
@@ -699,17 +802,24 @@ func boundBatch(w *jsonRPCErrors, r *http.Request, limit int64) (*mcpWants, *rpc
 	r.Body.Close()
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return nil, &rpcError{http.StatusRequestEntityTooLarge, jsonrpc.CodeInvalidRequest, fmt.Sprintf("the request body exceeds %d bytes", mbe.Limit)}
+		return nil, &rpcError{http.StatusRequestEntityTooLarge, jsonrpc.CodeInvalidRequest, fmt.Sprintf("the request body exceeds %d bytes", mbe.Limit), nil}
 	}
 	if err != nil {
-		return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeParseError, "the request body could not be read: " + err.Error()}
+		return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeParseError, "the request body could not be read: " + err.Error(), nil}
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) == 0 || trimmed[0] != '[' {
+		member, inParams := twiceInMessage(trimmed)
+		if member != "" && !inParams {
+			return nil, twiceError(member, false, "", nil)
+		}
 		if m := envelope(trimmed); m != nil {
 			if _, bad := rpcIDKey(m["id"]); bad != "" {
-				return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest, bad}
+				return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest, bad, nil}
+			}
+			if member != "" {
+				return nil, twiceError(member, true, "", m["id"])
 			}
 			w.id = m["id"]
 			wants.add(m)
@@ -723,16 +833,19 @@ func boundBatch(w *jsonRPCErrors, r *http.Request, limit int64) (*mcpWants, *rpc
 	if len(batch) == 0 {
 		// JSON-RPC 2.0 answers an empty array as an invalid request; the
 		// SDK would call it a parse error.
-		return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest, "the JSON-RPC batch is empty; send at least one message"}
+		return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest, "the JSON-RPC batch is empty; send at least one message", nil}
 	}
 	if len(batch) > registry.MaxBatchCalls {
 		return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest,
-			fmt.Sprintf("the JSON-RPC batch holds %d messages; at most %d are allowed, so split it", len(batch), registry.MaxBatchCalls)}
+			fmt.Sprintf("the JSON-RPC batch holds %d messages; at most %d are allowed, so split it", len(batch), registry.MaxBatchCalls), nil}
 	}
 	seen := make(map[string]int, len(batch))
 	list := 0 // the message that is a tools/list, counting from 1
 	wants.batch = true
 	for i, msg := range batch {
+		if member, inParams := twiceInMessage(msg); member != "" {
+			return nil, twiceError(member, inParams, fmt.Sprintf("message %d of the batch: ", i+1), nil)
+		}
 		m := envelope(msg)
 		if m == nil {
 			continue // the SDK refuses it
@@ -740,17 +853,17 @@ func boundBatch(w *jsonRPCErrors, r *http.Request, limit int64) (*mcpWants, *rpc
 		id := m["id"]
 		key, bad := rpcIDKey(id)
 		if bad != "" {
-			return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest, fmt.Sprintf("message %d of the batch: %s", i+1, bad)}
+			return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest, fmt.Sprintf("message %d of the batch: %s", i+1, bad), nil}
 		}
 		if j, ok := seen[key]; ok && key != "" {
 			return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest,
-				fmt.Sprintf("messages %d and %d of the batch have the same id %s; each request of a batch needs an id of its own, so that its answer can be told apart", j+1, i+1, clipTo(string(id), maxEchoBytes))}
+				fmt.Sprintf("messages %d and %d of the batch have the same id %s; each request of a batch needs an id of its own, so that its answer can be told apart", j+1, i+1, clipTo(string(id), maxEchoBytes)), nil}
 		}
 		seen[key] = i
 		if wants.add(m) == "tools/list" {
 			if list != 0 {
 				return nil, &rpcError{http.StatusBadRequest, jsonrpc.CodeInvalidRequest,
-					fmt.Sprintf("messages %d and %d of the batch are both tools/list; a batch may hold at most one, as its answer is the whole catalog, so send one tools/list", list, i+1)}
+					fmt.Sprintf("messages %d and %d of the batch are both tools/list; a batch may hold at most one, as its answer is the whole catalog, so send one tools/list", list, i+1), nil}
 			}
 			list = i + 1
 		}

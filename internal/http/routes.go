@@ -1,6 +1,7 @@
 package http
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -20,6 +21,9 @@ func (s *Server) addRoutes(r chi.Router) {
 	root := r
 	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Allow", allowedMethods(root, r.URL.Path))
+		if !strings.HasPrefix(r.URL.Path, "/") {
+			return noPath(r)
+		}
 		return problem(kindMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
 	}))
 
@@ -61,6 +65,10 @@ func (s *Server) AdminHandler() http.Handler {
 		return problem(kindNotFound, "no route for "+r.URL.Path+": this address serves only /healthz, /readyz and /metrics")
 	}))
 	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		if !strings.HasPrefix(r.URL.Path, "/") {
+			w.Header().Set("Allow", "")
+			return noPath(r)
+		}
 		w.Header().Set("Allow", "GET, HEAD")
 		return problem(kindMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
 	}))
@@ -75,6 +83,16 @@ func (s *Server) AdminHandler() http.Handler {
 // metricsHandler serves the Prometheus exposition.
 func (s *Server) metricsHandler() http.Handler {
 	return promhttp.HandlerFor(s.deps.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true})
+}
+
+// noPath is the 405 of a request whose target is no path: CONNECT's
+// host and port (RFC 9110, section 9.3.6), which asks for a tunnel. Its
+// Allow header is empty: no method applies to such a target.
+func noPath(r *http.Request) error {
+	if r.Method == http.MethodConnect {
+		return problem(kindMethodNotAllowed, fmt.Sprintf("CONNECT asks for a tunnel to %q, and this server is not a proxy: send requests to its own routes, such as POST /calls (GET / lists them)", clipTo(r.RequestURI, maxEchoBytes)))
+	}
+	return problem(kindMethodNotAllowed, fmt.Sprintf("%s %q names no path of this server; send requests to its own routes, such as POST /calls (GET / lists them)", r.Method, clipTo(r.RequestURI, maxEchoBytes)))
 }
 
 // allowedMethods lists the methods routed for path, for the Allow header
