@@ -123,8 +123,15 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) error {
 	if err := s.limitHTTP(w, r, names...); err != nil {
 		return err
 	}
+	// The executor names a call of the batch by its position in the
+	// request, which counts the calls answered here.
+	o := s.deps.Batch
+	o.Positions = make([]int, len(slots))
+	for k, i := range slots {
+		o.Positions[k] = i + 1
+	}
 	caller := CallerFrom(r.Context())
-	ran, err := s.deps.Executor.ExecuteBatch(r.Context(), caller, calls, s.deps.Batch)
+	ran, err := s.deps.Executor.ExecuteBatch(r.Context(), caller, calls, o)
 	if err != nil {
 		return err
 	}

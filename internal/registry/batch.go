@@ -33,6 +33,13 @@ type BatchOptions struct {
 	// as not run; 0 means DefaultCapacityWait. A batch thus never runs
 	// more calls than the global limit allows.
 	CapacityWait time.Duration
+	// Positions, when it holds one number per call, gives each call's
+	// position (1 for the first) in the request the calls came in, for a
+	// request some of whose calls were answered before the batch (a call
+	// that could not be read, an id another call has): the messages that
+	// name a call of the batch ("not started: call N ...") name it by its
+	// position in the request. Otherwise call i is at position i+1.
+	Positions []int
 }
 
 func (o BatchOptions) withDefaults() BatchOptions {
@@ -86,6 +93,9 @@ func (e *Executor) ExecuteBatch(ctx context.Context, caller *Caller, calls []*Ca
 	ctx = context.WithValue(ctx, capacityWaitKey{}, o.CapacityWait)
 
 	b := &batch{e: e, caller: caller, calls: calls, results: make([]*Result, len(calls)), refused: make([]error, len(calls)), answered: make([]bool, len(calls))}
+	if len(o.Positions) == len(calls) {
+		b.positions = o.Positions
+	}
 	for i := 0; i < len(calls); {
 		if ctx.Err() != nil || e.isDraining() {
 			b.notStarted(ctx, i, len(calls))
@@ -147,6 +157,17 @@ type batch struct {
 	refused []error
 	// answered marks the results the batch made itself (errorResult).
 	answered []bool
+	// positions are the calls' positions in the request (BatchOptions),
+	// or nil: call i is at i+1.
+	positions []int
+}
+
+// position is call i's position in the request, 1 for the first.
+func (b *batch) position(i int) int {
+	if b.positions != nil {
+		return b.positions[i]
+	}
+	return i + 1
 }
 
 func (b *batch) run(ctx context.Context, i int) {
@@ -238,8 +259,8 @@ func (b *batch) held(k, from, to int) {
 	for i := from; i < to; i++ {
 		b.results[i] = b.errorResult(i, &Error{Code: CodeCanceled,
 			Message: fmt.Sprintf("not started: call %d of the batch (toolCallId %q) %s, and this call %s finished; nothing was executed",
-				k+1, b.results[k].ToolCallID, what, HeldText),
-			Suggestion: fmt.Sprintf("Send this call again once call %d has finished: nothing of it ran, so its toolCallId may be used again.", k+1)})
+				b.position(k), b.results[k].ToolCallID, what, HeldText),
+			Suggestion: fmt.Sprintf("Send this call again once call %d has finished: nothing of it ran, so its toolCallId may be used again.", b.position(k))})
 	}
 }
 

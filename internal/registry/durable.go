@@ -671,8 +671,12 @@ func (e *Executor) decided(ctx context.Context, approver *Caller, a *Approval, v
 		Tier: a.Tier, Decision: effect, Rule: a.Rule, ArgumentsDigest: a.ArgumentsDigest,
 		Issuer: approver.Issuer, Subject: approver.Subject,
 	})
-	e.log.Info("approval decided", "approvalId", a.ID, "decision", string(v), "by", approver.ID, "event", event, "tool", a.ToolName)
+	e.log.Info("approval decided", "approvalId", a.ID, "decision", string(v), "by", approver.ID, "event", event,
+		"caller", a.CallerID, "tool", a.ToolName, "toolCallId", a.ToolCallID)
 	NotifyApproval(e.observer, EventApprovalDecided, a, e.now())
+	// A denied call ends here: its audit line is the winner's to write
+	// (an approved one has its run's).
+	e.AuditSettled(ctx, a)
 	return wait
 }
 

@@ -1182,6 +1182,39 @@ func (e *Executor) AuditRefused(ctx context.Context, caller *Caller, res *Result
 	e.auditLine(ctx, caller, label, tier, res, Decision{}, "")
 }
 
+// AuditSettled writes the audit line of the call approval request a
+// ended without running it: a denied request's call (E_APPROVAL_DENIED,
+// decision deny) or an expired one's (E_APPROVAL_EXPIRED, decision ask,
+// as nobody decided). An approved call has the line of its run instead,
+// and a request still pending none, so for them it writes nothing. The
+// line is the call's, as its run's would be: the caller it was filed by,
+// the request's tool, tier, rule and arguments digest, and the request
+// id ctx carries (the decider's). Only the one that moved the request
+// (the decision's winner, the sweep that expired it) calls it, so a call
+// has one such line however many approvers and replicas race.
+func (e *Executor) AuditSettled(ctx context.Context, a *Approval) {
+	var res *Result
+	d := Decision{Rule: a.Rule}
+	switch a.Status {
+	case ApprovalDenied:
+		res, d.Effect = ApprovalDeniedResult(a.ToolCallID, a.ToolName, a.DecidedBy, a.DecisionReason), Deny
+	case ApprovalExpired:
+		res, d.Effect = ApprovalExpiredResult(a.ToolCallID, a.ToolName), Ask
+	default:
+		return
+	}
+	caller := &Caller{ID: a.CallerID}
+	if a.Filed != nil {
+		filed := a.Filed.Caller
+		caller = &filed
+	}
+	label := UnknownTool
+	if t, ok := e.Registry().Lookup(a.ToolName); ok {
+		label = t.Name
+	}
+	e.auditLine(ctx, caller, label, a.Tier, res, d, a.ArgumentsDigest)
+}
+
 // decodeArguments accepts an object, a string holding one, or nothing
 // (an empty object). It returns the object's JSON and its decoded value.
 // The object must be I-JSON (c checks it): arguments that parsers read
