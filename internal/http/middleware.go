@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -212,7 +213,9 @@ func (s *Server) require(scope registry.Scope) func(http.Handler) http.Handler {
 //
 // The bytes of the bodies read are held against the service-wide budget
 // MaxRequestBytesInFlight until the request's handling ends: a body that
-// does not fit is not read, and its request is answered as overloaded.
+// does not fit is not read, and its request is answered as overloaded. A
+// body that sends nothing for bodyIdleTimeout is cut off (400, its read
+// failed) and gives its share back.
 func (s *Server) admitCall(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.draining.Load() && r.Body != nil && r.Body != http.NoBody {
@@ -267,11 +270,26 @@ func (s *Server) readAhead(w http.ResponseWriter, r *http.Request) (*readBodyAhe
 	}
 	s.uploads[rc] = struct{}{}
 	s.uploadsMu.Unlock()
-	body, held, err := s.bodies.read(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
+	pr := &progressReader{s: s, rc: rc, r: http.MaxBytesReader(w, r.Body, limit), idle: s.bodies.idleTimeout(), deadlines: true}
+	if hs, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && hs.ReadTimeout > 0 {
+		// From the handler's start rather than the request's first
+		// byte, which the handler does not see: a little later.
+		pr.whole = time.Now().Add(hs.ReadTimeout)
+	}
+	body, held, err := s.bodies.read(pr, r.ContentLength, limit)
 	runtime.Gosched() // as readBody does
+	// The deadline is left as it is: once a body is read to its end,
+	// net/http clears it for its own read of the connection (to notice the
+	// client leaving, which cancels the request's context, as a deadline
+	// met there would); a body cut off keeps its past one, and one refused
+	// mid-way its idle one, for net/http to drop or drain it.
 	s.uploadsMu.Lock()
 	delete(s.uploads, rc)
 	s.uploadsMu.Unlock()
+	var stalled *bodyStalledError
+	if errors.As(err, &stalled) {
+		s.bodies.stall()
+	}
 	// The original body is left to net/http, which drains or drops what
 	// is left of it after the handler.
 	return &readBodyAhead{limit: limit, body: body, err: err}, held
@@ -281,14 +299,92 @@ func (s *Server) readAhead(w http.ResponseWriter, r *http.Request) (*readBodyAhe
 // the budget of request bytes in flight.
 var errOverBudget = errors.New("the budget of request bytes in flight is spent")
 
+// bodyIdleTimeout is how long a request body that admitCall reads may
+// send nothing, from its headers or from its last bytes, before its read
+// is cut off: the request is answered 400 (unreadable body), its
+// connection closed, and its share of the budget of request bytes in
+// flight given back. The server's ReadTimeout (60 s for the whole
+// request) still bounds a body that keeps trickling. Without it, 32
+// connections that each sent a quarter of a body of 1 MiB and stopped held
+// the whole default budget until that ReadTimeout: every call of every
+// caller was refused for a minute, for 8 MB sent.
+const bodyIdleTimeout = 10 * time.Second
+
+// progressReader reads a request body while renewing, before every
+// read, the connection's read deadline to idle from now (never past
+// whole, the server's deadline for the whole request), so that a body
+// that stops arriving fails its read with a bodyStalledError. Where the
+// ResponseWriter has no read deadline (an httptest.ResponseRecorder), it
+// only reads. The renewals take s.uploadsMu and stop once the server
+// drains, so that they cannot undo the deadline cutUploads sets.
+type progressReader struct {
+	s         *Server
+	rc        *http.ResponseController
+	r         io.Reader
+	idle      time.Duration
+	whole     time.Time // zero: no deadline for the whole request
+	deadlines bool      // false once rc says it has no read deadline
+	byIdle    bool      // the deadline set last was the idle one
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	if p.deadlines {
+		d, byIdle := time.Now().Add(p.idle), true
+		if !p.whole.IsZero() && p.whole.Before(d) {
+			d, byIdle = p.whole, false
+		}
+		p.s.uploadsMu.Lock()
+		if !p.s.draining.Load() {
+			if p.rc.SetReadDeadline(d) != nil {
+				p.deadlines = false // http.ErrNotSupported
+			}
+			p.byIdle = byIdle
+		} else {
+			p.byIdle = false // cutUploads's deadline, not ours
+		}
+		p.s.uploadsMu.Unlock()
+	}
+	n, err := p.r.Read(b)
+	if err != nil && p.deadlines && p.byIdle && isTimeout(err) && !p.s.draining.Load() {
+		err = &bodyStalledError{idle: p.idle, err: err}
+	}
+	return n, err
+}
+
+// isTimeout reports whether err is a read that met its deadline.
+func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+// bodyStalledError is the read error of a body that sent nothing for
+// bodyIdleTimeout.
+type bodyStalledError struct {
+	idle time.Duration
+	err  error
+}
+
+func (e *bodyStalledError) Error() string {
+	return fmt.Sprintf("the request body sent nothing for %s: %v", e.idle, e.err)
+}
+
+func (e *bodyStalledError) Unwrap() error { return e.err }
+
 // bodyBudget bounds the bytes of the request bodies held at once
 // (Limits.MaxRequestBytesInFlight).
 type bodyBudget struct {
 	max  int64
 	used atomic.Int64
-	// refused counts the requests refused for want of budget; nil
-	// without a Registerer.
-	refused prometheus.Counter
+	// idle is how long a body may send nothing; 0 is bodyIdleTimeout.
+	idle time.Duration
+	// refused counts the requests refused for want of budget, stalled
+	// the bodies cut off for sending nothing; nil without a Registerer.
+	refused, stalled prometheus.Counter
+}
+
+// idleTimeout is how long a body being read may send nothing.
+func (b *bodyBudget) idleTimeout() time.Duration {
+	if b.idle > 0 {
+		return b.idle
+	}
+	return bodyIdleTimeout
 }
 
 // register exposes the budget as metrics: the bytes held now, the most
@@ -308,6 +404,10 @@ func (b *bodyBudget) register(reg prometheus.Registerer) {
 		Name: "toolsvc_request_body_budget_refused_total",
 		Help: "Requests refused with 429, their body unread, because it did not fit in TOOLSVC_MAX_REQUEST_BYTES_IN_FLIGHT.",
 	})
+	b.stalled = f.NewCounter(prometheus.CounterOpts{
+		Name: "toolsvc_request_body_stalled_total",
+		Help: "Requests answered 400, their share of TOOLSVC_MAX_REQUEST_BYTES_IN_FLIGHT given back, because their body sent nothing for 10s.",
+	})
 }
 
 // refuse counts a request refused for want of budget.
@@ -317,11 +417,38 @@ func (b *bodyBudget) refuse() {
 	}
 }
 
-// take takes n bytes of the budget, when they fit.
-func (b *bodyBudget) take(n int64) bool {
+// stall counts a body cut off for sending nothing.
+func (b *bodyBudget) stall() {
+	if b.stalled != nil {
+		b.stalled.Inc()
+	}
+}
+
+// smallBody is the most a body may hold and still take the last of the
+// budget, its reserve (see room).
+const smallBody = 64 << 10
+
+// room is how much of the budget a body may take up to, once it holds
+// total bytes, for a body limit of limit. A body that holds more than
+// smallBody leaves the last thirty-second of the budget (1 MiB of the
+// default 32 MiB) to the small ones, but never so much that a body at
+// the limit would no longer fit: big bodies that arrive, or stall, by
+// the dozen cannot have every small call refused, and small calls are
+// most calls.
+func (b *bodyBudget) room(total, limit int64) int64 {
+	if total <= smallBody {
+		return b.max
+	}
+	return b.max - max(0, min(b.max/32, b.max-limit))
+}
+
+// take takes n bytes of the budget for a body that then holds total,
+// when they fit (see room).
+func (b *bodyBudget) take(n, total, limit int64) bool {
+	room := b.room(total, limit)
 	for {
 		used := b.used.Load()
-		if used+n > b.max {
+		if used+n > room {
 			return false
 		}
 		if b.used.CompareAndSwap(used, used+n) {
@@ -338,33 +465,37 @@ func (b *bodyBudget) release(n int64) {
 }
 
 // firstPiece is the most of the budget a body takes before its first
-// read; it takes more as it arrives.
-const firstPiece = 64 << 10
+// read, no more than its connection costs the server anyway (a goroutine's
+// stack, net/http's buffers); it takes more as it arrives.
+const firstPiece = 4 << 10
 
 // read reads a body of size bytes (-1: unknown) and at most limit into a
-// buffer that it grows as the body arrives, four times at a step up to
-// the size, and returns the body and the bytes of the budget it took, its
+// buffer that it grows as the body arrives, twice at a step up to the
+// size, and returns the body and the bytes of the budget it took, its
 // buffer's capacity. The budget goes with what arrives, not with what a
-// client declares: connections that declare megabytes and send nothing
-// would otherwise spend the budget and have every call refused, and a
-// buffer is at most four times what arrived. A body whose declared size,
-// or first piece, does not fit in what is left is not read at all; one
-// that stops fitting as it grows (others grew meanwhile, or it is
-// chunked) ends with errOverBudget, keeping what it took.
-// Growing four times at a step, and to the size the body declares, the
-// buffers it drops add up to a third of the body; io.ReadAll reads into
+// client declares: a buffer grows only once full, so it is at most twice
+// what arrived (or its first piece). When it grew four times at a step
+// from 64 KiB, 32 connections that declared 1 MiB and sent 256 KiB and
+// one byte each held the whole default budget, and 512 that declared
+// 64 KiB and sent nothing did too. A body whose declared size, or first
+// piece, does not fit in what is left is not read at all; one that stops
+// fitting as it grows (others grew meanwhile, or it is chunked) ends with
+// errOverBudget, keeping what it took. A body of more than smallBody may
+// not take the reserve that room keeps for small ones.
+// Growing twice at a step, and to the size the body declares, the
+// buffers it drops add up to about the body; io.ReadAll reads into
 // pieces that add up to the body and copies them into one buffer at the
-// end, so it allocated the body twice (BenchmarkReadBody).
+// end, so it allocated the body twice as well (BenchmarkReadBody).
 func (b *bodyBudget) read(r io.Reader, size, limit int64) (body []byte, held int64, err error) {
 	end := limit // the most the buffer must hold
 	if size >= 0 {
 		end = size
 	}
-	if size >= 0 && b.used.Load()+size > b.max {
+	if size >= 0 && b.used.Load()+size > b.room(size, limit) {
 		return nil, 0, errOverBudget // would not fit as it stands
 	}
 	first := min(end, firstPiece)
-	if !b.take(first) {
+	if !b.take(first, first, limit) {
 		return nil, 0, errOverBudget
 	}
 	buf := make([]byte, 0, first)
@@ -385,8 +516,8 @@ func (b *bodyBudget) read(r io.Reader, size, limit int64) (body []byte, held int
 				}
 				return buf, int64(cap(buf)), nil
 			}
-			grown := min(4*int64(cap(buf)), end)
-			if !b.take(grown - int64(cap(buf))) {
+			grown := min(2*int64(cap(buf)), end)
+			if !b.take(grown-int64(cap(buf)), grown, limit) {
 				return buf, int64(cap(buf)), errOverBudget
 			}
 			buf = append(make([]byte, 0, grown), buf...)
