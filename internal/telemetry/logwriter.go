@@ -43,8 +43,9 @@ var errLogStalled = errors.New("log output did not take the held lines in time")
 // a drain. While the output does not take what is written, lines are
 // held up to LogBacklogBytes; after that whole lines are dropped until
 // the output takes the held ones, counted in
-// toolsvc_log_lines_dropped_total (a BufferedWriter is that collector),
-// and the first line written after says how many were lost. Lines that a
+// toolsvc_log_lines_dropped_total (a BufferedWriter is that collector;
+// NewSpanWriter's counts spans instead), and the first line written after
+// says how many were lost. Lines that a
 // failed write lost (EPIPE) are counted the same way.
 //
 // Close writes out the rest, waiting at most LogFlushTimeout; the service
@@ -55,6 +56,7 @@ type BufferedWriter struct {
 	w        io.Writer
 	interval time.Duration
 	desc     *prometheus.Desc
+	tellLost bool          // write a line saying how many lines were lost
 	kick     chan struct{} // the writer goroutine should write out now
 	stop     chan struct{}
 	done     chan struct{}
@@ -87,11 +89,31 @@ type BufferedWriter struct {
 // logLineWait when the output does not take it, and at once while the
 // output stays stalled.
 func NewBufferedWriter(w io.Writer, interval time.Duration) *BufferedWriter {
+	return newBufferedWriter(w, interval, prometheus.NewDesc("toolsvc_log_lines_dropped_total",
+		"Log lines that never reached the log's output: reason=full when it did not take them in time (the log buffer was full), error when writing them failed (its reader went away).",
+		[]string{"reason"}, nil), true)
+}
+
+// NewSpanWriter returns the writer the console span exporter writes to:
+// a BufferedWriter over w (stdout) that writes each span out at once, as
+// NewBufferedWriter does with an interval of 0, so that a span ending
+// never waits for a reader of stdout that stopped reading, not even at
+// shutdown. Each write of the exporter is one span, one line, held or
+// dropped whole. The spans it drops are counted in
+// toolsvc_console_spans_dropped_total (it is that collector) and nothing
+// else is written among them: every line of w stays one span.
+func NewSpanWriter(w io.Writer) *BufferedWriter {
+	return newBufferedWriter(w, 0, prometheus.NewDesc("toolsvc_console_spans_dropped_total",
+		"Spans of the console exporter that never reached stdout: reason=full when it did not take them in time (1 MiB held), error when writing them failed (its reader went away).",
+		[]string{"reason"}, nil), false)
+}
+
+// newBufferedWriter returns a BufferedWriter counting its drops in desc;
+// tellLost says whether the first line written after a drop says how
+// many lines were lost.
+func newBufferedWriter(w io.Writer, interval time.Duration, desc *prometheus.Desc, tellLost bool) *BufferedWriter {
 	b := &BufferedWriter{
-		w: w, interval: interval,
-		desc: prometheus.NewDesc("toolsvc_log_lines_dropped_total",
-			"Log lines that never reached the log's output: reason=full when it did not take them in time (the log buffer was full), error when writing them failed (its reader went away).",
-			[]string{"reason"}, nil),
+		w: w, interval: interval, desc: desc, tellLost: tellLost,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		buf: make([]byte, 0, LogBufferBytes), spare: make([]byte, 0, LogBufferBytes),
 		progress: make(chan struct{}),
@@ -135,6 +157,9 @@ func (b *BufferedWriter) writeOut() bool {
 		return false
 	}
 	batch, lines, upTo, lost := b.buf, b.lines, b.appended, b.unreported
+	if !b.tellLost {
+		lost, b.unreported = 0, 0
+	}
 	b.buf, b.spare, b.lines, b.dropping = b.spare[:0], nil, 0, false
 	b.mu.Unlock()
 

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"strconv"
+	"strings"
 
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
@@ -39,6 +42,12 @@ type TracingOptions struct {
 	// OTLPEndpoint is OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
 	// OTEL_EXPORTER_OTLP_ENDPOINT; it only chooses the default exporter.
 	OTLPEndpoint string
+	// OTLP are the OTLP exporter's settings as the environment has them,
+	// for Validate to check: the exporter reads them from the process
+	// environment itself, and ignores one it cannot read with no more
+	// than a line to OpenTelemetry's logger, so a typo would send spans
+	// to the default endpoint without a word.
+	OTLP OTLPSettings
 	// Sampler and SamplerArg are OTEL_TRACES_SAMPLER and
 	// OTEL_TRACES_SAMPLER_ARG; empty is parentbased_always_on.
 	Sampler, SamplerArg string
@@ -47,11 +56,92 @@ type TracingOptions struct {
 	// ServiceVersion is the service.version resource attribute.
 	ServiceVersion string
 	// Console receives the spans of the console exporter, one JSON object
-	// per span; nil discards them.
+	// per span and per Write, as each span ends, by the goroutine that
+	// ends it: a writer that can block (stdout) would block the call, so
+	// the service gives a NewSpanWriter. Nil discards them.
 	Console io.Writer
 	// SpanProcessors are added to the provider besides the exporter's
 	// (tests add an in-memory exporter).
 	SpanProcessors []sdktrace.SpanProcessor
+}
+
+// OTLPSettings are the OTEL_EXPORTER_OTLP_* variables that say where and
+// how the OTLP exporter sends spans; empty is unset.
+type OTLPSettings struct {
+	// Endpoint and TracesEndpoint are OTEL_EXPORTER_OTLP_ENDPOINT and
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, the latter in force when set.
+	Endpoint, TracesEndpoint string
+	// Protocol and TracesProtocol are OTEL_EXPORTER_OTLP_PROTOCOL and
+	// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: grpc or http/protobuf (the
+	// default).
+	Protocol, TracesProtocol string
+	// Timeout and TracesTimeout are OTEL_EXPORTER_OTLP_TIMEOUT and
+	// OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, in milliseconds.
+	Timeout, TracesTimeout string
+}
+
+// Validate reports the settings the OTLP exporter would not use: an
+// endpoint it cannot parse or send to (it would send to localhost
+// instead), a protocol autoexport does not know, a timeout that is not a
+// positive whole number of milliseconds (it would keep the default).
+// Only the variables in force are checked: the TRACES_ one when it is set,
+// the general one otherwise.
+func (s OTLPSettings) Validate() error {
+	protocolVar, protocol := "OTEL_EXPORTER_OTLP_PROTOCOL", s.Protocol
+	if s.TracesProtocol != "" {
+		protocolVar, protocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", s.TracesProtocol
+	}
+	switch protocol {
+	case "", "http/protobuf", "grpc":
+	default:
+		return fmt.Errorf("%s must be http/protobuf or grpc, got %q", protocolVar, protocol)
+	}
+	// The exporters trim the variables they read; empty is unset.
+	endpointVar, endpoint := "OTEL_EXPORTER_OTLP_ENDPOINT", strings.TrimSpace(s.Endpoint)
+	if e := strings.TrimSpace(s.TracesEndpoint); e != "" {
+		endpointVar, endpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", e
+	}
+	if endpoint != "" {
+		if err := checkOTLPEndpoint(endpoint, protocol == "grpc"); err != nil {
+			return fmt.Errorf("%s %w", endpointVar, err)
+		}
+	}
+	timeoutVar, timeout := "OTEL_EXPORTER_OTLP_TIMEOUT", strings.TrimSpace(s.Timeout)
+	if t := strings.TrimSpace(s.TracesTimeout); t != "" {
+		timeoutVar, timeout = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", t
+	}
+	if timeout != "" {
+		// A whole number of milliseconds, as the exporters parse it; 0
+		// would mean no timeout at all for OTLP/HTTP.
+		if ms, err := strconv.Atoi(timeout); err != nil || ms <= 0 {
+			return fmt.Errorf("%s must be a whole number of milliseconds above 0 (10000 is 10 s), got %q", timeoutVar, timeout)
+		}
+	}
+	return nil
+}
+
+// checkOTLPEndpoint reports an endpoint the OTLP exporter would not send
+// to. OTLP/HTTP needs a URL with scheme http or https and a host; OTLP/gRPC
+// takes any URL (collector:4317 is a gRPC target) but, like OTLP/HTTP,
+// ignores one net/url cannot parse, such as a host:port whose host is an
+// IP address.
+func checkOTLPEndpoint(endpoint string, grpc bool) error {
+	hint := ""
+	if host, port, err := net.SplitHostPort(endpoint); err == nil && host != "" && port != "" && !strings.Contains(endpoint, "/") {
+		hint = " (did you mean http://" + endpoint + "?)"
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil && grpc {
+		return fmt.Errorf("must be a URL (http://collector:4317), got %q%s", endpoint, hint)
+	}
+	web := err == nil && (strings.EqualFold(u.Scheme, "http") || strings.EqualFold(u.Scheme, "https"))
+	switch {
+	case !web && !grpc:
+		return fmt.Errorf("must be a URL with scheme http or https and a host (http://collector:4318), got %q%s", endpoint, hint)
+	case web && u.Host == "":
+		return fmt.Errorf("must name a host (http://collector:4318), got %q", endpoint)
+	}
+	return nil
 }
 
 // ExporterName is the exporter o selects.
@@ -71,6 +161,11 @@ func (o TracingOptions) Validate() error {
 	case ExporterOTLP, ExporterConsole, ExporterNone:
 	default:
 		return fmt.Errorf("OTEL_TRACES_EXPORTER must be otlp, console or none, got %q", o.Exporter)
+	}
+	if o.ExporterName() == ExporterOTLP {
+		if err := o.OTLP.Validate(); err != nil {
+			return err
+		}
 	}
 	_, err := Sampler(o.Sampler, o.SamplerArg)
 	return err
@@ -123,7 +218,8 @@ func NewTracerProvider(ctx context.Context, o TracingOptions) (*sdktrace.TracerP
 		if err != nil {
 			return nil, fmt.Errorf("console span exporter: %w", err)
 		}
-		// Synchronous, so a span is printed as soon as it ends.
+		// Synchronous, so a span is printed as soon as it ends; o.Console
+		// must not block (see TracingOptions.Console).
 		opts = append(opts, sdktrace.WithSyncer(exp))
 	case ExporterOTLP:
 		exp, err := autoexport.NewSpanExporter(ctx)
