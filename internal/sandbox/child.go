@@ -121,6 +121,10 @@ func decodeChildConfig(s string) (*childConfig, error) {
 // When the configuration names an entry, the child runs that entry of
 // entries instead, confined the same way, and exits with its status.
 //
+// On Linux the confined child makes itself the OOM killer's first choice
+// (oom_score_adj 1000), and the program and what it starts inherit that,
+// so memory running out kills a call's processes before the service.
+//
 // The service starts the reaper first, with the same command: it starts
 // the confined child, stays its parent until the program and everything
 // the program started are gone, and exits with the program's status.

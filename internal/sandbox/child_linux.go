@@ -55,9 +55,11 @@ func Report(b []byte) error {
 	return err
 }
 
-// confine applies the configuration to this process: privileges, working
-// directory, Landlock, resource limits.
+// confine applies the configuration to this process: the OOM killer's
+// preference, privileges, working directory, Landlock, resource limits.
 func confine(cfg *childConfig) error {
+	// Before Landlock, which does not let this process reach /proc.
+	preferOOMKill()
 	// Capabilities, the bounding set and no_new_privs are per thread; the
 	// program inherits them from the thread that executes it, so all of
 	// this and the exec happen on one thread. Never unlocked: this
@@ -112,6 +114,21 @@ func confine(cfg *childConfig) error {
 	}
 	// A program gets its limits in execProgram, at the last moment.
 	return nil
+}
+
+// preferOOMKill sets the process's oom_score_adj to the most, 1000, which
+// the program and everything it starts inherit: where memory runs out (a
+// container's cgroup holding the service, its workers and the calls'
+// programs) the kernel's OOM killer kills a call's process, and the call
+// fails, before the service. Raising one's own score needs no privilege.
+// The reaper keeps the service's score: killed, it could not stop what
+// the program started. Best effort: without /proc the kernel chooses as
+// it would.
+func preferOOMKill() {
+	if fd, err := unix.Open("/proc/self/oom_score_adj", unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
+		_, _ = unix.Write(fd, []byte("1000"))
+		_ = unix.Close(fd)
+	}
 }
 
 // execProgram replaces this confined process with the program.

@@ -51,6 +51,19 @@ func applyCeiling(limit int64) error {
 	return nil
 }
 
+// preferOOMKill sets the process's oom_score_adj to the most, 1000, so
+// that where memory runs out (a container's cgroup holding the service,
+// its workers and the shell's programs) the kernel's OOM killer kills a
+// worker, whose call then fails with E_TOOL, before the service; raising
+// one's own score needs no privilege. Best effort: without /proc the
+// kernel chooses as it would.
+func preferOOMKill() {
+	if f, err := os.OpenFile("/proc/self/oom_score_adj", os.O_WRONLY, 0); err == nil {
+		_, _ = f.WriteString("1000")
+		_ = f.Close()
+	}
+}
+
 // inUse returns the process's virtual memory size and its data (private
 // writable memory and stack) in bytes: the first and sixth fields of
 // /proc/self/statm, in pages.

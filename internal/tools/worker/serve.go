@@ -23,8 +23,9 @@ import (
 const requestLimit = 64 << 20
 
 // Serve is the worker side: args are the arguments after Command (the
-// memory ceiling in bytes). It applies the ceiling to its own process and
-// then answers calls of tools, one at a time, from in until in closes.
+// memory ceiling in bytes). It makes its own process the OOM killer's
+// first choice (oom_score_adj 1000, on Linux), applies the ceiling to it,
+// and then answers calls of tools, one at a time, from in until in closes.
 func Serve(args []string, tools []*registry.Tool, in io.Reader, out io.Writer) error {
 	if len(args) != 1 {
 		return errors.New("worker: usage: " + Command + " <memory-limit-bytes>")
@@ -33,6 +34,7 @@ func Serve(args []string, tools []*registry.Tool, in io.Reader, out io.Writer) e
 	if err != nil || limit < MinMemoryLimit {
 		return fmt.Errorf("worker: bad memory limit %q", args[0])
 	}
+	preferOOMKill()
 	if err := applyCeiling(limit); err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // Workspace is the directory file and shell tools are confined to.
@@ -84,25 +85,112 @@ type Options struct {
 
 // New returns the workspace at dir, creating it. The directory itself is
 // the operator's choice and is trusted; everything beneath it is not.
+//
+// The service must be able to write the workspace: a caller's first call
+// that writes makes its directory beneath it, and Peek needs .empty,
+// made here. New makes callers/ and tries making a directory in the root,
+// in callers/ and in shared/ (where it exists); where the process may not
+// (another user's directory, a read-only mount) it returns a
+// *NotWritableError, so the service refuses to start instead of failing
+// every call of the file and shell tools. Files meant only to be read can
+// be mounted read-only beneath a writable workspace, as a caller's
+// directory (callers/<caller>/default).
 func New(dir string, o Options) (*Workspace, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(abs, 0o750); err != nil {
+		if denied(err) {
+			return nil, &NotWritableError{Dir: abs, Err: err}
+		}
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	f, err := os.Open(abs)
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
+	if err := writable(abs); err != nil {
+		f.Close()
+		return nil, err
+	}
 	w := &Workspace{base: abs, dir: f, cache: map[string]*entry{}, reserve: o.Reserve}
-	// A workspace the service cannot write (a read-only mount of files to
-	// read) has no empty directory: Peek then opens as Open does.
+	// Without .empty (a full file system), Peek opens as Open does.
 	if empty, err := openEmpty(abs); err == nil {
 		w.empty = &entry{root: empty, refs: 1}
 	}
 	return w, nil
+}
+
+// NotWritableError is New's refusal of a workspace the process may not
+// write.
+type NotWritableError struct {
+	// Dir is the workspace; Err what the file system said.
+	Dir string
+	Err error
+}
+
+func (e *NotWritableError) Error() string {
+	uid := os.Getuid()
+	fix := fmt.Sprintf("make the directory writable by that user (chown -R %d %s; in Kubernetes, the pod's securityContext.fsGroup)", uid, e.Dir)
+	if errors.Is(e.Err, syscall.EROFS) {
+		fix = "mount a writable volume at " + e.Dir
+	}
+	return fmt.Sprintf("workspace: TOOLSVC_WORKSPACE %s cannot be written by this process (uid %d, gid %d): %v; "+
+		"the file and shell tools make the callers' directories in it. Fix: %s, or set TOOLSVC_WORKSPACE to a directory that is writable",
+		e.Dir, uid, os.Getgid(), e.Err, fix)
+}
+
+func (e *NotWritableError) Unwrap() error { return e.Err }
+
+// denied reports whether err says the process may not write there (rather
+// than that the file system is full, or failed).
+func denied(err error) bool {
+	return errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS)
+}
+
+// probeName is the directory New makes and removes to learn whether it
+// may: no name of the layout starts with a dot but .empty.
+const probeName = ".write-test"
+
+// writable makes callers/ beneath base, then tries making a directory in
+// base, callers/ and shared/ (where it exists). It returns a
+// *NotWritableError where the process may not; a full file system is not
+// its concern (see Room).
+func writable(base string) error {
+	root, err := os.OpenRoot(base)
+	if err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	defer root.Close()
+	if err := root.Mkdir("callers", 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
+		if denied(err) {
+			return &NotWritableError{Dir: base, Err: fmt.Errorf("cannot make %s: %w", filepath.Join(base, "callers"), unwrapPath(err))}
+		}
+		return nil
+	}
+	for _, name := range []string{".", "callers", "shared"} {
+		err := root.Mkdir(filepath.Join(name, probeName), 0o700)
+		if errors.Is(err, fs.ErrExist) {
+			err = nil // left by a start that ended here
+		}
+		if err == nil {
+			err = root.Remove(filepath.Join(name, probeName))
+		}
+		if denied(err) {
+			return &NotWritableError{Dir: base, Err: fmt.Errorf("cannot make a directory in %s: %w", filepath.Join(base, name), unwrapPath(err))}
+		}
+	}
+	return nil
+}
+
+// unwrapPath returns the error of a *fs.PathError, whose path and
+// operation a message names otherwise.
+func unwrapPath(err error) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return pe.Err
+	}
+	return err
 }
 
 // emptyDir is the name of the empty directory beneath the root.
@@ -337,6 +425,11 @@ func (w *Workspace) walk(names []string, room func(need, inodes int64) error) (*
 		rel = filepath.Join(rel, name)
 		next, err := openChild(root, name, room)
 		root.Close()
+		if err != nil && denied(err) && room != nil {
+			// Not the caller's doing: a directory made before the
+			// service ran as this user, or changed since it started.
+			return nil, fmt.Errorf("workspace: %s: %w; the service (uid %d) may not write this directory of the workspace, which an operator has to fix", rel, err, os.Getuid())
+		}
 		if err != nil {
 			return nil, fmt.Errorf("workspace: %s: %w", rel, err)
 		}

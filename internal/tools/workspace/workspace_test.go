@@ -250,37 +250,48 @@ func openFDs(t *testing.T) int {
 	return len(entries)
 }
 
-// TestReadOnlyWorkspaceStillReads: a workspace the service cannot write
-// (files mounted read-only for reading tools) has no room for .empty; it
-// still opens, and Peek finds what is there. An immutable directory
-// (chattr +i) refuses new entries even to root.
-func TestReadOnlyWorkspaceStillReads(t *testing.T) {
+// TestReadOnlyFilesBeneathAWritableWorkspace: files meant only to be read
+// are a caller's directory mounted read-only beneath a writable workspace
+// (a workspace the service cannot write is refused at start, see
+// TestUnwritableWorkspaceRefused). The workspace opens, Peek finds what
+// is there, and a caller without files gets the empty directory. An
+// immutable directory (chattr +i) refuses new entries even to root.
+func TestReadOnlyFilesBeneathAWritableWorkspace(t *testing.T) {
 	dir := t.TempDir()
 	owner := Owner{CallerID: "reader"}
-	if err := os.MkdirAll(filepath.Join(dir, "callers", "reader", "default"), 0o750); err != nil {
+	files := filepath.Join(dir, "callers", "reader", "default")
+	if err := os.MkdirAll(files, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("chattr", "+i", dir).CombinedOutput(); err != nil {
+	if err := os.WriteFile(filepath.Join(files, "plan.txt"), []byte("read me"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("chattr", "+i", files).CombinedOutput(); err != nil {
 		t.Skipf("chattr +i is not available here (%v: %s)", err, out)
 	}
-	t.Cleanup(func() { exec.Command("chattr", "-i", dir).Run() })
+	t.Cleanup(func() { exec.Command("chattr", "-i", files).Run() })
 	w, err := New(dir, Options{})
 	if err != nil {
-		t.Fatalf("New on a read-only workspace: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	defer w.Close()
 	d, err := w.Peek(owner, "")
 	if err != nil {
-		t.Fatalf("Peek of an existing directory: %v", err)
+		t.Fatalf("Peek of the read-only directory: %v", err)
+	}
+	if b, err := d.Root.ReadFile("plan.txt"); err != nil || string(b) != "read me" {
+		t.Errorf("reading the read-only directory: %q %v", b, err)
+	}
+	if err := d.Root.WriteFile("new.txt", nil, 0o640); err == nil {
+		t.Error("a file was made in an immutable directory")
 	}
 	d.Close()
-	// Without .empty, Peek opens as Open does.
-	if w.empty != nil {
-		t.Fatal("an empty directory was made in an immutable workspace")
-	}
 	d, err = w.Peek(Owner{CallerID: "other"}, "")
 	if err != nil {
-		t.Fatalf("Peek without .empty: %v", err)
+		t.Fatalf("Peek of a caller without files: %v", err)
 	}
 	d.Close()
+	if _, err := os.Lstat(filepath.Join(dir, "callers", "other")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Peek made a directory for a caller without files: %v", err)
+	}
 }
