@@ -2,8 +2,13 @@
 #
 # Build:  docker build -t toolsvc:dev --build-arg VERSION="$(git describe --always --dirty)" \
 #           --build-arg REVISION="$(git rev-parse HEAD)" --build-arg CREATED="$(date -u +%Y-%m-%dT%H:%M:%SZ)" .
-# Run:    docker run --rm -p 127.0.0.1:8080:8080 --read-only -e TOOLSVC_API_KEY=... \
+# Run:    docker run --rm --init -p 127.0.0.1:8080:8080 --read-only -e TOOLSVC_API_KEY=... \
 #           -v toolsvc-workspace:/workspace -v toolsvc-data:/data toolsvc:dev
+# (--init: as PID 1, toolsvc reaps only its own children; a process a tool's
+# program leaves behind, re-parented to PID 1, would stay a zombie. The
+# Kubernetes Deployment shares the pod's process namespace and Compose sets
+# init: true for the same reason. deploy/container_test.go builds this
+# image from these stages and runs it so.)
 #
 # Base images are pinned by tag. For reproducible production builds pin them
 # by digest too, e.g.

@@ -2,8 +2,10 @@
 // kustomize base and overlay, the local observability stack for Docker
 // Compose, the Grafana dashboard and the Prometheus alert rules — and the
 // tests that keep them honest: Kubernetes manifests are rendered with
-// kustomize and decoded strictly into the upstream API types, and every
-// metric the dashboard and alerts query must be one the service exposes.
+// kustomize and decoded strictly into the upstream API types, the memory
+// the base allows adds up, every metric the dashboard and alerts query
+// must be one the service exposes, and the runtime image the Dockerfile
+// describes is built and run with podman (container_test.go).
 package deploy
 
 import (
@@ -258,7 +260,11 @@ func volume(t *testing.T, d *appsv1.Deployment, name string) corev1.Volume {
 }
 
 func env(d *appsv1.Deployment, name string) *corev1.EnvVar {
-	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+	return envOf(d.Spec.Template.Spec.Containers[0], name)
+}
+
+func envOf(c corev1.Container, name string) *corev1.EnvVar {
+	for _, e := range c.Env {
 		if e.Name == name {
 			return &e
 		}
@@ -300,6 +306,12 @@ func checkCommon(t *testing.T, m manifests) {
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
 		t.Error("the service account token is mounted")
 	}
+	// toolsvc as PID 1 reaps only its own children: the pause container,
+	// PID 1 of a shared process namespace, reaps the orphans of tools'
+	// programs.
+	if pod.ShareProcessNamespace == nil || !*pod.ShareProcessNamespace {
+		t.Error("shareProcessNamespace is not true, so nothing reaps the orphans of tools' programs")
+	}
 	if len(pod.Containers) != 1 {
 		t.Fatalf("%d containers", len(pod.Containers))
 	}
@@ -312,6 +324,7 @@ func checkCommon(t *testing.T, m manifests) {
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 		t.Errorf("resources: %+v", c.Resources)
 	}
+	checkMemoryBudget(t, c)
 
 	// Probes on the health endpoints, through the named port.
 	ports := map[string]int32{}
@@ -439,6 +452,55 @@ func checkCommon(t *testing.T, m manifests) {
 			}
 		}
 	}
+}
+
+// memoryMargin is what the service and its processes hold outside the
+// ceilings of checkMemoryBudget: code and runtime (docs/limits.md, "Total
+// memory").
+const memoryMargin = 128 << 20
+
+// checkMemoryBudget adds up what may share the container's memory limit:
+// the service's heap (GOMEMLIMIT), the tool workers and the shell
+// interpreters, each up to TOOLSVC_TOOL_MEMORY_LIMIT, and the margin. Each
+// figure must be set in the manifest: the defaults follow the CPUs.
+func checkMemoryBudget(t *testing.T, c corev1.Container) {
+	t.Helper()
+	value := func(name string, size bool) int64 {
+		e := envOf(c, name)
+		if e == nil || e.ValueFrom != nil {
+			t.Errorf("%s is not set to a value: the memory budget cannot be added up", name)
+			return 0
+		}
+		n, err := parseBytes(e.Value, size)
+		if err != nil || n <= 0 {
+			t.Errorf("%s=%q: %v", name, e.Value, err)
+		}
+		return n
+	}
+	heap := value("GOMEMLIMIT", true)
+	ceiling := value("TOOLSVC_TOOL_MEMORY_LIMIT", true)
+	workers := value("TOOLSVC_TOOL_WORKERS", false)
+	shells := value("TOOLSVC_PROCESS_TOOL_CONCURRENCY", false)
+	limit := c.Resources.Limits.Memory().Value()
+	if sum := heap + (workers+shells)*ceiling + memoryMargin; sum > limit {
+		t.Errorf("GOMEMLIMIT %d MiB + (%d workers + %d shell calls) x %d MiB + %d MiB = %d MiB, over the memory limit of %d MiB",
+			heap>>20, workers, shells, ceiling>>20, memoryMargin>>20, sum>>20, limit>>20)
+	}
+}
+
+// parseBytes reads a count, or with size a size as GOMEMLIMIT and
+// toolsvc's sizes are written: 512MiB, 1GiB or a number of bytes.
+func parseBytes(s string, size bool) (int64, error) {
+	mult := int64(1)
+	if size {
+		for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+			if n, ok := strings.CutSuffix(s, suffix); ok {
+				s, mult = n, m
+			}
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n * mult, err
 }
 
 // knownVariables are the environment variables toolsvc reads: the env

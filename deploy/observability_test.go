@@ -346,6 +346,7 @@ func TestComposeStack(t *testing.T) {
 			Environment map[string]string `yaml:"environment"`
 			Volumes     []string          `yaml:"volumes"`
 			Ports       []string          `yaml:"ports"`
+			Init        bool              `yaml:"init"`
 		} `yaml:"services"`
 		Volumes map[string]any `yaml:"volumes"`
 	}
@@ -380,6 +381,10 @@ func TestComposeStack(t *testing.T) {
 			}
 		}
 		if name == "toolsvc" {
+			// toolsvc as PID 1 reaps only its own children.
+			if !s.Init {
+				t.Error("toolsvc runs without init: true, so nothing reaps the orphans of tools' programs")
+			}
 			for k := range s.Environment {
 				if !known[k] {
 					t.Errorf("toolsvc env %s is not a variable toolsvc reads", k)
