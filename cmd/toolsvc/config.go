@@ -49,7 +49,11 @@ type Config struct {
 	// MaxConnections bounds the client connections held open at once, so
 	// that idle ones cannot take the file descriptors the store and the
 	// tools need; a connection beyond it waits in the listen queue.
-	MaxConnections int `env:"TOOLSVC_MAX_CONNECTIONS" envDefault:"0" desc:"client connections open at once (more wait to be accepted); 0 is half the process's open-file limit"`
+	MaxConnections int `env:"TOOLSVC_MAX_CONNECTIONS" envDefault:"0" desc:"client connections open at once (more wait to be accepted, and one idle the longest between requests is closed to make room); 0 is half the process's open-file limit"`
+	// MaxHeaderBytes bounds a request's line and headers, which are read
+	// before any credential is checked: with net/http's default of 1 MiB,
+	// 300 connections each sending a header that never ended held 480 MB.
+	MaxHeaderBytes ByteSize `env:"TOOLSVC_MAX_HEADER_BYTES" envDefault:"64KiB" desc:"most bytes of a request's line and headers (431 beyond), on TOOLSVC_ADDR and TOOLSVC_ADMIN_ADDR; between 4KiB and 1MiB"`
 	// MaxConcurrency bounds the calls running at once (429 beyond it);
 	// 0 (the default) is 64 per CPU the Go runtime uses.
 	MaxConcurrency     int `env:"TOOLSVC_MAX_CONCURRENCY" envDefault:"0" desc:"calls running at once (429 beyond); 0 is 64 per CPU the Go runtime uses (GOMAXPROCS: a container's CPU limit where one is set)"`
@@ -379,6 +383,12 @@ func (c Config) validate() error {
 	if c.StoreCommitMax < 0 || c.StoreCommitMax > 10000 {
 		errs = append(errs, fmt.Sprintf("TOOLSVC_STORE_COMMIT_MAX must be between 0 (the store's default) and 10000, got %d", c.StoreCommitMax))
 	}
+	if c.MaxHeaderBytes < minHeaderBytes || c.MaxHeaderBytes > maxHeaderBytes {
+		errs = append(errs, fmt.Sprintf("TOOLSVC_MAX_HEADER_BYTES must be between 4KiB and 1MiB, got %d bytes", c.MaxHeaderBytes))
+	}
+	if c.AdminAddr != "" && samePort(c.Addr, c.AdminAddr) {
+		errs = append(errs, fmt.Sprintf("TOOLSVC_ADMIN_ADDR (%s) and TOOLSVC_ADDR (%s) are the same port: the second listener could not bind it; give TOOLSVC_ADMIN_ADDR a port of its own", c.AdminAddr, c.Addr))
+	}
 	if c.MaxJSONDepth < 2 {
 		errs = append(errs, "TOOLSVC_MAX_JSON_DEPTH must be at least 2")
 	}
@@ -458,6 +468,48 @@ func (c Config) validate() error {
 		return fmt.Errorf("configuration: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// The bounds of TOOLSVC_MAX_HEADER_BYTES: a request's line and headers
+// need a few KiB, a large JWT or a proxy's headers tens of KiB; net/http's
+// own default, 1 MiB, is the most.
+const (
+	minHeaderBytes = 4 << 10
+	maxHeaderBytes = 1 << 20
+)
+
+// samePort says whether listen addresses a and b ("host:port") would take
+// the same port: the same port number (not 0, which the kernel picks) on
+// the same host, or on a host either binds as a wildcard (":8080",
+// "0.0.0.0:8080", "[::]:8080"), or on localhost and a loopback address.
+// An address that does not parse is left for the listener to report.
+func samePort(a, b string) bool {
+	ha, pa, err := net.SplitHostPort(a)
+	if err != nil {
+		return false
+	}
+	hb, pb, err := net.SplitHostPort(b)
+	if err != nil || pa != pb || pa == "" || pa == "0" {
+		return false
+	}
+	wildcard := func(h string) bool {
+		ip, err := netip.ParseAddr(h)
+		return h == "" || (err == nil && ip.IsUnspecified())
+	}
+	loopback := func(h string) bool {
+		ip, err := netip.ParseAddr(h)
+		return strings.EqualFold(h, "localhost") || (err == nil && ip.IsLoopback())
+	}
+	same := func(x, y string) bool {
+		ix, errx := netip.ParseAddr(x)
+		iy, erry := netip.ParseAddr(y)
+		if errx == nil && erry == nil {
+			return ix.Unmap() == iy.Unmap()
+		}
+		return strings.EqualFold(x, y)
+	}
+	return same(ha, hb) || wildcard(ha) || wildcard(hb) ||
+		(strings.EqualFold(ha, "localhost") && loopback(hb)) || (strings.EqualFold(hb, "localhost") && loopback(ha))
 }
 
 // uiKey decodes TOOLSVC_UI_SESSION_KEY (nil when unset).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"container/list"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -14,12 +15,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/net/netutil"
 
 	"github.com/toolsvc/toolsvc/api"
 	"github.com/toolsvc/toolsvc/internal/config"
@@ -415,6 +417,12 @@ func batchOptions(cfg Config) registry.BatchOptions {
 }
 
 func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
+	// Before anything is opened, probed or created (the sandbox's probe,
+	// the workers, the store in TOOLSVC_DATA_DIR): a service refused for
+	// its address should leave nothing behind.
+	if err := checkAddress(cfg); err != nil {
+		return err
+	}
 	logOut, flushLog, closeLog := logWriter(cfg, stderr)
 	// Deferred first, so it runs last: every line, "stopped" included, is
 	// written out before serve returns.
@@ -455,13 +463,14 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	st = store.WithDeadline(st, cfg.StoreTimeout)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return err
+		return fmt.Errorf("TOOLSVC_ADDR: %w", err)
 	}
 	if err := checkExposure(ln.Addr(), cfg, a.auth != nil); err != nil {
 		ln.Close()
 		return err
 	}
-	ln = netutil.LimitListener(ln, maxConnections(cfg.MaxConnections))
+	slots := newConnSlots(ln, maxConnections(cfg.MaxConnections))
+	ln = slots
 	if a.auth == nil && cfg.Auth == "none" && !isLoopback(ln.Addr()) {
 		log.Warn("serving without authentication on a non-loopback address (TOOLSVC_AUTH=none)", "addr", ln.Addr().String())
 	}
@@ -578,14 +587,16 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      cfg.MaxTimeout + time.Minute,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    int(cfg.MaxHeaderBytes),
+		ConnState:         slots.connState,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 2)
 	listening := []any{"addr", ln.Addr().String()}
 	if cfg.AdminAddr != "" {
-		as, addr, err := serveAdmin(cfg.AdminAddr, srv.AdminHandler(), log, served)
+		as, addr, err := serveAdmin(cfg.AdminAddr, int(cfg.MaxHeaderBytes), srv.AdminHandler(), log, served)
 		if err != nil {
 			return err
 		}
@@ -637,24 +648,180 @@ func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 // calls need.
 const adminConnections = 64
 
-// serveAdmin serves h (health and metrics only) on addr, sending what
-// Serve returns to served, and returns the server and the address it
-// listens on.
-func serveAdmin(addr string, h http.Handler, log *slog.Logger, served chan<- error) (*http.Server, string, error) {
+// idleTimeout is how long a connection of TOOLSVC_ADDR may wait between
+// requests (2 minutes before; at TOOLSVC_MAX_CONNECTIONS an idle one is
+// closed sooner, see connSlots).
+const idleTimeout = 30 * time.Second
+
+// serveAdmin serves h (health and metrics only) on addr, with requests'
+// line and headers of at most headerBytes, sending what Serve returns to
+// served, and returns the server and the address it listens on.
+func serveAdmin(addr string, headerBytes int, h http.Handler, log *slog.Logger, served chan<- error) (*http.Server, string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("TOOLSVC_ADMIN_ADDR: %w", err)
 	}
+	slots := newConnSlots(ln, adminConnections)
 	as := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    headerBytes,
+		ConnState:         slots.connState,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	go func() { served <- as.Serve(netutil.LimitListener(ln, adminConnections)) }()
+	go func() { served <- as.Serve(slots) }()
 	return as, ln.Addr().String(), nil
+}
+
+// connSlots is a listener that holds at most n connections open at once
+// (netutil.LimitListener did before): past them, a new connection waits.
+// Unlike LimitListener, it makes room: a connection idle between
+// requests (http.StateIdle, told by the server's ConnState hook: for
+// HTTP/2, without a stream) is closed for the waiting one, the one idle
+// the longest first, or, when none is idle, the next to finish its
+// request. Before, 50 clients that each made one request and kept their
+// connection open held every slot of TOOLSVC_MAX_CONNECTIONS=50 for the
+// idle timeout (2 minutes), and no one else was answered. New
+// connections and those running a request or writing its answer keep
+// their slot. As with any idle timeout, a client whose next request
+// crosses the close on the wire sees the connection closed; HTTP clients
+// retry such requests on a new connection when they are idempotent.
+type connSlots struct {
+	net.Listener
+	slots     chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+
+	mu sync.Mutex
+	// idle are the connections that may be closed to make room, the one
+	// idle the longest at the front.
+	idle list.List
+	// wanted is how many waiting connections the next ones to become
+	// idle are closed for.
+	wanted int
+}
+
+func newConnSlots(ln net.Listener, n int) *connSlots {
+	return &connSlots{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+// Accept returns the next connection once it has a slot.
+func (l *connSlots) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case l.slots <- struct{}{}:
+		return &slotConn{Conn: c, l: l}, nil
+	default:
+	}
+	// Every slot is taken: close the connection idle the longest, or
+	// the next one to become idle.
+	l.mu.Lock()
+	var victim *slotConn
+	if e := l.idle.Front(); e != nil {
+		victim = e.Value.(*slotConn)
+		victim.notIdle()
+	} else {
+		l.wanted++
+	}
+	l.mu.Unlock()
+	if victim != nil {
+		victim.Close()
+	}
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	if victim == nil {
+		// The slot may have come from a connection that closed of
+		// itself: then none is to be closed for this one any more.
+		l.mu.Lock()
+		l.wanted = max(l.wanted-1, 0)
+		l.mu.Unlock()
+	}
+	return &slotConn{Conn: c, l: l}, nil
+}
+
+// Close closes the listener and ends an Accept waiting for a slot.
+func (l *connSlots) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// connState is the http.Server's ConnState hook: it keeps the idle list.
+func (l *connSlots) connState(nc net.Conn, state http.ConnState) {
+	c, ok := nc.(*slotConn)
+	if u, isTLS := nc.(interface{ NetConn() net.Conn }); !ok && isTLS {
+		c, ok = u.NetConn().(*slotConn)
+	}
+	if !ok {
+		return
+	}
+	if state != http.StateIdle {
+		c.busy()
+		return
+	}
+	l.mu.Lock()
+	if c.closed {
+		l.mu.Unlock()
+		return
+	}
+	if l.wanted > 0 {
+		l.wanted--
+		l.mu.Unlock()
+		c.Close() // a connection waits for its slot
+		return
+	}
+	if c.idleAt == nil {
+		c.idleAt = l.idle.PushBack(c)
+	}
+	l.mu.Unlock()
+}
+
+// slotConn is a connection holding a slot of connSlots until it closes.
+type slotConn struct {
+	net.Conn
+	l           *connSlots
+	releaseOnce sync.Once
+	// idleAt is its place in l.idle while it is idle; closed says it
+	// holds no slot any more; both under l.mu.
+	idleAt *list.Element
+	closed bool
+}
+
+// busy takes the connection off the idle list.
+func (c *slotConn) busy() {
+	c.l.mu.Lock()
+	c.notIdle()
+	c.l.mu.Unlock()
+}
+
+// notIdle takes the connection off the idle list, under l.mu.
+func (c *slotConn) notIdle() {
+	if c.idleAt != nil {
+		c.l.idle.Remove(c.idleAt)
+		c.idleAt = nil
+	}
+}
+
+// Close closes the connection and frees its slot.
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.releaseOnce.Do(func() {
+		c.l.mu.Lock()
+		c.closed = true
+		c.notIdle()
+		c.l.mu.Unlock()
+		<-c.l.slots
+	})
+	return err
 }
 
 // flushRecords gives the results and audit entries the store refused one
@@ -854,13 +1021,38 @@ func newSpiller(cfg Config, ss registry.SpillStore, log *slog.Logger, reg promet
 	return registry.NewSpiller(o), nil
 }
 
+// checkAddress checks TOOLSVC_ADDR before anything is opened: that it is
+// an address, and that it is not served without credentials where
+// checkExposure would refuse it once it listens. The credentials are
+// TOOLSVC_API_KEY and the Caller and Issuer resources, read here (and
+// built later, by build).
+func checkAddress(cfg Config) error {
+	addr, err := net.ResolveTCPAddr("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("TOOLSVC_ADDR: %w", err)
+	}
+	if cfg.APIKey != "" || isLoopback(addr) || cfg.Auth == "none" {
+		return nil
+	}
+	var resources []*config.Resource
+	if len(cfg.ConfigPaths) > 0 {
+		if resources, err = configOptions(cfg).Load(cfg.ConfigPaths...); err != nil {
+			return err
+		}
+	}
+	credentials := slices.ContainsFunc(resources, func(r *config.Resource) bool {
+		return r.Kind == config.KindCaller || r.Kind == config.KindIssuer
+	})
+	return checkExposure(addr, cfg, credentials)
+}
+
 // checkExposure refuses to serve a non-loopback address without
 // credentials, unless the operator says TOOLSVC_AUTH=none.
 func checkExposure(addr net.Addr, cfg Config, credentials bool) error {
 	if credentials || isLoopback(addr) || cfg.Auth == "none" {
 		return nil
 	}
-	return fmt.Errorf("refusing to serve %s without credentials: set TOOLSVC_API_KEY (or Caller resources), bind a loopback address, or set TOOLSVC_AUTH=none", addr)
+	return fmt.Errorf("refusing to serve %s (TOOLSVC_ADDR) without credentials: set TOOLSVC_API_KEY (or Caller or Issuer resources in TOOLSVC_CONFIG), bind a loopback address, or set TOOLSVC_AUTH=none", addr)
 }
 
 func isLoopback(addr net.Addr) bool {
