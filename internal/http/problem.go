@@ -146,7 +146,7 @@ func storeFailed(err error, outcome string) *Problem {
 		return p
 	}
 	if errors.Is(err, registry.ErrStoreBroken) {
-		p := problem(kindUnavailable, "the call store needs an operator: its database cannot be written (its file was deleted, replaced or made unwritable, or the disk fails)"+outcome+
+		p := problem(kindUnavailable, "the call store needs an operator: its database refuses the service's statements (the embedded store's file deleted, replaced or made unwritable, or its disk failing; a PostgreSQL table, privilege or database missing, or the database read-only)"+outcome+
 			"; retrying shortly does not help: retry once an operator has repaired the store or restarted the service").because(err)
 		p.RetryAfter = operatorRetryAfter
 		return p

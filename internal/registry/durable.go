@@ -66,7 +66,7 @@ func (e *Executor) recall(ctx context.Context, f *flight) error {
 	case errors.Is(err, ErrNotFound):
 		return nil
 	}
-	return storeFailed(err)
+	return unavailable(err)
 }
 
 // refused answers a call that lookup, the catalog check or validation
@@ -109,7 +109,7 @@ func (e *Executor) refused(ctx context.Context, f *flight, err error) error {
 	case gerr != nil && f.tool != nil && f.tool.Tier == ReadOnly && !f.call.Record:
 		return err
 	case gerr != nil:
-		return storeFailed(gerr)
+		return unavailable(gerr)
 	}
 	if rerr := e.replay(ctx, f, name, rec); !errors.Is(rerr, errWithdrawn) && !errors.Is(rerr, errUnfiled) {
 		return rerr
@@ -141,16 +141,6 @@ func atApproval(f *flight, err error) error {
 	return &c
 }
 
-// storeFailed is unavailable(err), keeping an ErrStoreBroken in err
-// visible to errors.Is as unavailable keeps an ErrStoreFull: the answer
-// then says that an operator must act, not to retry shortly.
-func storeFailed(err error) error {
-	if errors.Is(err, ErrStoreBroken) {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return unavailable(err)
-}
-
 // errWithdrawn: the running record a call waited on was withdrawn (its
 // call never ran: the store removes the record of a call whose caller had
 // stopped waiting before it learnt the record was written), so the call
@@ -175,7 +165,7 @@ func (e *Executor) record(ctx context.Context, f *flight) error {
 			Arguments: f.args, Context: f.call.Context, State: CallRunning, TraceID: traceID(ctx),
 		})
 		if err != nil {
-			return storeFailed(err)
+			return unavailable(err)
 		}
 		if created {
 			f.recorded = true
@@ -186,7 +176,7 @@ func (e *Executor) record(ctx context.Context, f *flight) error {
 			// An earlier attempt asked for approval but could not file the
 			// request, and the policy now allows the call: it runs instead.
 			if err := e.withdraw(ctx, f, rec.ApprovalID); err != nil {
-				return storeFailed(err)
+				return unavailable(err)
 			}
 			err = errWithdrawn // look again: gone, or filed after all
 		}
@@ -218,7 +208,7 @@ func (e *Executor) replay(ctx context.Context, f *flight, name string, rec *Call
 		case errors.Is(err, ErrNotFound):
 			return errUnfiled
 		case err != nil:
-			return storeFailed(err)
+			return unavailable(err)
 		}
 		if g := f.call.Approval; g != nil && g.Granted && f.resumed == nil && f.caller.Has(ScopeApprove) && a.Status == ApprovalPending {
 			return e.grantInline(ctx, f, a.ID)
@@ -239,7 +229,7 @@ func (e *Executor) replay(ctx context.Context, f *flight, name string, rec *Call
 			f.res = &Result{ToolCallID: rec.ToolCallID, ToolName: rec.ToolName, Status: StatusRunning}
 			return errAnswered
 		default:
-			return storeFailed(err)
+			return unavailable(err)
 		}
 	}
 	if rec.Result == nil {
@@ -264,7 +254,7 @@ func (e *Executor) grantInline(ctx context.Context, f *flight, id string) error 
 	}
 	_, res, err := e.Decide(ctx, f.caller, id, VerdictApprove, reason)
 	if err != nil {
-		return storeFailed(err)
+		return unavailable(err)
 	}
 	f.res = res
 	return errAnswered
@@ -319,7 +309,7 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 		ApprovalID: a.ID, ExpiresAt: a.ExpiresAt, TraceID: traceID(ctx),
 	})
 	if err != nil {
-		return storeFailed(err)
+		return unavailable(err)
 	}
 	if !created {
 		err := e.replay(ctx, f, f.tool.Name, rec)
@@ -373,7 +363,7 @@ func (e *Executor) ask(ctx context.Context, f *flight) error {
 		if created {
 			_ = e.withdraw(ctx, f, a.ID) // logged; a retry files the request
 		}
-		return storeFailed(err)
+		return unavailable(err)
 	}
 	e.log.Info("approval requested", "approvalId", a.ID, "caller", f.caller.ID, "tool", f.tool.Name, "rule", f.decision.Rule, "expiresAt", a.ExpiresAt)
 	NotifyApproval(e.observer, EventApprovalRequested, a, now)

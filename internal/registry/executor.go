@@ -39,10 +39,12 @@ var ErrUnavailable = errors.New("the call store is unavailable")
 // disk-full errors in it, and an ErrUnavailable keeps it visible.
 var ErrStoreFull = errors.New("the call store is out of disk space")
 
-// unavailable is a store failure as ErrUnavailable; an ErrStoreFull in it
-// stays visible to errors.Is.
+// unavailable is a store failure as ErrUnavailable; an ErrStoreFull or an
+// ErrStoreBroken in it stays visible to errors.Is, so the answer says that
+// an operator must act, not to retry shortly. (Other errors in it do not:
+// a store's ErrNotFound must not read as "no such call".)
 func unavailable(err error) error {
-	if errors.Is(err, ErrStoreFull) {
+	if errors.Is(err, ErrStoreFull) || errors.Is(err, ErrStoreBroken) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return fmt.Errorf("%w: %v", ErrUnavailable, err)
