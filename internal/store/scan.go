@@ -162,3 +162,23 @@ func collect[T any](rows Rows, err error, scan func(Row) (T, error)) ([]T, error
 	}
 	return out, nil
 }
+
+// Table is a table a store uses, with every column it reads or writes.
+type Table struct{ Name, Columns string }
+
+// Tables are the tables both stores use, each with every column they
+// read or write; probeColumns are those of the store's own probe table.
+// A store checks them at start, so that a schema missing one (dropped or
+// renamed by hand after its migration) fails the start, naming it.
+func Tables(probeColumns string) []Table {
+	return []Table{
+		{"calls", CallColumns},
+		{"approvals", `id, caller_id, tool_call_id, tool_name, tier, rule, reason, arguments_digest, arguments, context,
+		status, created_at, updated_at, expires_at, decided_at, decided_by, decision_reason, filed`},
+		{"audit", AuditColumns},
+		{"probe", probeColumns},
+		{"spills", `id, caller_id, tool_call_id, stream, tool_name, total_bytes, stored_bytes, complete, created_at, expires_at`},
+		{"spill_chunks", `spill_id, seq, data`},
+		{"revoked_sessions", `id, revoked_at, expires_at`},
+	}
+}

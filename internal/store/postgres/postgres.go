@@ -454,16 +454,7 @@ func (s *Store) migrate(ctx context.Context, schema string) error {
 
 // schemaTables are the tables the store uses, each with every column it
 // reads or writes; a test holds them to what the migrations make.
-var schemaTables = []struct{ name, columns string }{
-	{"calls", store.CallColumns},
-	{"approvals", `id, caller_id, tool_call_id, tool_name, tier, rule, reason, arguments_digest, arguments, context,
-		status, created_at, updated_at, expires_at, decided_at, decided_by, decision_reason, filed`},
-	{"audit", store.AuditColumns},
-	{"probe", `instance, at`},
-	{"spills", `id, caller_id, tool_call_id, stream, tool_name, total_bytes, stored_bytes, complete, created_at, expires_at`},
-	{"spill_chunks", `spill_id, seq, data`},
-	{"revoked_sessions", `id, revoked_at, expires_at`},
-}
+var schemaTables = store.Tables(`instance, at`)
 
 // checkSchema reads no row of every table and column the store uses, so
 // that a schema missing one (dropped or renamed by hand after its
@@ -475,15 +466,15 @@ func checkSchema(ctx context.Context, q interface {
 	Exec(ctx context.Context, q string, args ...any) (pgconn.CommandTag, error)
 }) error {
 	for _, t := range schemaTables {
-		if _, err := q.Exec(ctx, `SELECT `+t.columns+` FROM `+t.name+` LIMIT 0`); err != nil {
+		if _, err := q.Exec(ctx, `SELECT `+t.Columns+` FROM `+t.Name+` LIMIT 0`); err != nil {
 			var pe *pgconn.PgError
 			if !errors.As(err, &pe) || !strings.HasPrefix(pe.Code, "42") {
-				return fmt.Errorf("checking table %s: %w", t.name, err)
+				return fmt.Errorf("checking table %s: %w", t.Name, err)
 			}
 			return fmt.Errorf("%w: table %s is not as the migrations made it (%w); it was dropped, renamed or changed by hand, "+
 				"or the role lacks the privilege to read it: restore it (from a backup, or with the migration that made it) "+
 				"or grant the privilege, or use a new TOOLSVC_STORE_SCHEMA, which toolsvc migrates afresh",
-				registry.ErrStoreBroken, t.name, err)
+				registry.ErrStoreBroken, t.Name, err)
 		}
 	}
 	return nil
@@ -503,7 +494,7 @@ var probeSQL = func() string {
 		if i > 0 {
 			b = append(b, ` CROSS JOIN `...)
 		}
-		b = fmt.Appendf(b, `(SELECT %s FROM %s LIMIT 0) AS %s`, t.columns, t.name, t.name)
+		b = fmt.Appendf(b, `(SELECT %s FROM %s LIMIT 0) AS %s`, t.Columns, t.Name, t.Name)
 	}
 	return string(append(b, `) ON CONFLICT (instance) DO UPDATE SET at = excluded.at`...))
 }()

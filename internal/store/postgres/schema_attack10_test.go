@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,27 +70,7 @@ func TestSchemaTablesAreWhatTheMigrationsMake(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	checked := map[string][]string{}
-	for _, tb := range schemaTables {
-		for c := range strings.SplitSeq(tb.columns, ",") {
-			checked[tb.name] = append(checked[tb.name], strings.TrimSpace(c))
-		}
-	}
-	for _, m := range []map[string][]string{made, checked} {
-		for _, cs := range m {
-			slices.Sort(cs)
-		}
-	}
-	for table, cs := range made {
-		if !slices.Equal(cs, checked[table]) {
-			t.Errorf("table %s: the migrations make columns %v, schemaTables checks %v", table, cs, checked[table])
-		}
-	}
-	for table := range checked {
-		if _, ok := made[table]; !ok {
-			t.Errorf("schemaTables checks table %s, which the migrations do not make", table)
-		}
-	}
+	storetest.CheckTables(t, made, schemaTables)
 }
 
 // TestStartRefusesAnIncompleteSchema: a schema missing a table or a

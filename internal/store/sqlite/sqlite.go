@@ -421,16 +421,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 
 // schemaTables are the tables the store uses, each with every column it
 // reads or writes; a test holds them to what the migrations make.
-var schemaTables = []struct{ name, columns string }{
-	{"calls", store.CallColumns},
-	{"approvals", `id, caller_id, tool_call_id, tool_name, tier, rule, reason, arguments_digest, arguments, context,
-		status, created_at, updated_at, expires_at, decided_at, decided_by, decision_reason, filed`},
-	{"audit", store.AuditColumns},
-	{"probe", `id, at, pad`},
-	{"spills", `id, caller_id, tool_call_id, stream, tool_name, total_bytes, stored_bytes, complete, created_at, expires_at`},
-	{"spill_chunks", `spill_id, seq, data`},
-	{"revoked_sessions", `id, revoked_at, expires_at`},
-}
+var schemaTables = store.Tables(`id, at, pad`)
 
 // checkSchema reads no row of every table and column the store uses, so
 // that a database file missing one (dropped or renamed by hand, with the
@@ -440,14 +431,14 @@ func checkSchema(ctx context.Context, db interface {
 	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
 }) error {
 	for _, t := range schemaTables {
-		if _, err := db.ExecContext(ctx, `SELECT `+t.columns+` FROM `+t.name+` LIMIT 0`); err != nil {
+		if _, err := db.ExecContext(ctx, `SELECT `+t.Columns+` FROM `+t.Name+` LIMIT 0`); err != nil {
 			var se *sqlite.Error
 			if !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_ERROR {
-				return fmt.Errorf("checking table %s: %w", t.name, classify(err))
+				return fmt.Errorf("checking table %s: %w", t.Name, classify(err))
 			}
 			return fmt.Errorf("%w: table %s is not as the migrations made it (%w); it was dropped, renamed or changed by hand: "+
 				"restore the database file from a backup, or move it away and let toolsvc create a new one",
-				registry.ErrStoreBroken, t.name, err)
+				registry.ErrStoreBroken, t.Name, err)
 		}
 	}
 	return nil
